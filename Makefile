@@ -1,0 +1,31 @@
+# mpsteer: `make demo` and `make test` install what is missing, build, and
+# do their job. `make bench` writes benchmark JSON to results/bench/.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin/mpsteer
+OUT   ?= results
+
+.PHONY: all deps build generate test demo bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+generate: deps
+	$(GO) generate ./...
+
+build: generate
+	$(GO) build -o $(BIN) ./cmd/mpsteer
+
+test: build
+	MPSTEER_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m ./...
+
+demo: build
+	$(BIN) lab run scenarios/demo.yaml --out $(OUT)/demo
+
+bench: build
+	$(BIN) bench --out $(OUT)/bench
+
+clean:
+	rm -rf bin

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"mpsteer/internal/lab/scenario"
+	"mpsteer/internal/lab/world"
+	"mpsteer/internal/yamlcfg"
+)
+
+func labCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "lab",
+		Short: "Build multipath worlds in network namespaces and measure MPTCP in them",
+	}
+	c.AddCommand(labUpCmd(), labDownCmd(), labExecCmd(), labSetCmd(), labLsCmd(), labEmulateCmd())
+	for _, add := range extraLabCommands {
+		c.AddCommand(add())
+	}
+	return c
+}
+
+var extraLabCommands []func() *cobra.Command
+
+// signalContext is cancelled by Ctrl-C or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func labUpCmd() *cobra.Command {
+	var name, variant string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "up FILE",
+		Short: "Build the world of a scenario and leave it running",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := scenario.Load(args[0])
+			if err != nil {
+				return err
+			}
+			v, err := pickVariant(s, variant)
+			if err != nil {
+				return err
+			}
+			if name == "" {
+				name = defaultLabName(s.Name)
+			}
+			plan, err := world.NewPlan(name, s, v)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			w, err := world.Up(ctx, plan, world.Options{})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(w.Summary())
+			}
+			printWorld(w)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&name, "name", "", "lab name (default: derived from the scenario name)")
+	c.Flags().StringVar(&variant, "variant", "", "variant whose world to build (default: the first mptcp variant)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the world as JSON")
+	return c
+}
+
+func pickVariant(s *scenario.Scenario, name string) (*scenario.Variant, error) {
+	if name != "" {
+		v := s.Variant(name)
+		if v == nil {
+			var names []string
+			for _, v := range s.Variants {
+				names = append(names, v.Name)
+			}
+			return nil, fmt.Errorf("scenario %s has no variant %q (variants: %s)", s.Name, name, strings.Join(names, ", "))
+		}
+		return v, nil
+	}
+	for _, v := range s.Variants {
+		if v.Kind == scenario.KindMPTCP {
+			return v, nil
+		}
+	}
+	return s.Variants[0], nil
+}
+
+// defaultLabName turns a scenario name into a valid lab name.
+func defaultLabName(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteRune('-')
+		}
+	}
+	n := strings.Trim(b.String(), "-")
+	if len(n) > 24 {
+		n = n[:24]
+	}
+	if n == "" {
+		n = "lab"
+	}
+	return n
+}
+
+func printWorld(w *world.World) {
+	fmt.Printf("lab %s is up (scenario %s, variant %s)\n", w.Name, w.Scenario, w.Variant)
+	roles := make([]string, 0)
+	for _, h := range w.Hosts {
+		roles = append(roles, fmt.Sprintf("%s=%s", h.Role, h.NetNS))
+	}
+	fmt.Printf("  hosts: %s\n", strings.Join(roles, " "))
+	for _, p := range w.Paths {
+		fmt.Printf("  path %-8s client %s %-12s server %s %-12s up: %s %s, down: %s %s", p.Name,
+			p.Client.Dev, p.Client.Addr, p.Server.Dev, p.Server.Addr, rateOf(p.Up), p.Up.Delay, rateOf(p.Down), p.Down.Delay)
+		if p.EPFlags != "" {
+			fmt.Printf(" [endpoint %s]", p.EPFlags)
+		}
+		fmt.Println()
+	}
+	fmt.Printf("  run a command in a host: mpsteer lab exec %s client -- ss -tni\n", w.Name)
+	fmt.Printf("  remove it: mpsteer lab down %s\n", w.Name)
+}
+
+func rateOf(p world.PathParams) string {
+	if p.Trace != "" {
+		return "trace " + p.Trace
+	}
+	return p.Rate
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func labDownCmd() *cobra.Command {
+	var all bool
+	c := &cobra.Command{
+		Use:   "down NAME | --all",
+		Short: "Remove a lab (namespaces, emulator, state), also after a crash",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := world.Preflight(); err != nil {
+				return err
+			}
+			if all {
+				if len(args) > 0 {
+					return errors.New("give either a name or --all")
+				}
+				return world.DownAll()
+			}
+			if len(args) != 1 {
+				return errors.New("name the lab to remove, or use --all")
+			}
+			return world.DownByName(args[0])
+		},
+	}
+	c.Flags().BoolVar(&all, "all", false, "remove every lab and every leftover mps-* namespace")
+	return c
+}
+
+func labLsCmd() *cobra.Command {
+	var asJSON bool
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List the labs that are up",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			names, err := world.List()
+			if err != nil {
+				return err
+			}
+			var out []world.Summary
+			for _, n := range names {
+				if w, err := world.Load(n); err == nil {
+					out = append(out, w.Summary())
+				}
+			}
+			if asJSON {
+				return printJSON(out)
+			}
+			for _, s := range out {
+				fmt.Printf("%-20s scenario %s, variant %s, %d paths\n", s.Name, s.Scenario, s.Variant, len(s.Paths))
+			}
+			return nil
+		},
+	}
+}
+
+func labExecCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec NAME HOST -- CMD...",
+		Short: "Run a command inside a host of a lab",
+		Args:  cobra.MinimumNArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w, err := world.Load(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := w.Command(args[1], args[2:]...)
+			if err != nil {
+				return err
+			}
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+			if err := c.Run(); err != nil {
+				var ee interface{ ExitCode() int }
+				if errors.As(err, &ee) {
+					os.Exit(ee.ExitCode())
+				}
+				return err
+			}
+			return nil
+		},
+	}
+}
+
+func labSetCmd() *cobra.Command {
+	var dir string
+	c := &cobra.Command{
+		Use:   "set NAME PATH key=value...|down|up",
+		Short: "Change a path while traffic flows (rate=, delay=, jitter=, loss=, queue=, trace=; up.rate= for one direction)",
+		Args:  cobra.MinimumNArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w, err := world.Load(args[0])
+			if err != nil {
+				return err
+			}
+			link := args[1]
+			if p := w.Path(args[1]); p != nil {
+				link = p.Link
+			} else if !strings.HasPrefix(link, "core") {
+				var names []string
+				for _, p := range w.Paths {
+					names = append(names, p.Name)
+				}
+				return fmt.Errorf("lab %s has no path %q (paths: %s)", w.Name, args[1], strings.Join(names, ", "))
+			}
+			d := scenario.Dir(dir)
+			if d != scenario.DirBoth && d != scenario.DirUp && d != scenario.DirDown {
+				return fmt.Errorf("--dir %q is not valid (valid: both, up, down)", dir)
+			}
+			if len(args) == 3 && (args[2] == "down" || args[2] == "up") {
+				_, err := world.Control(w.Dir, world.Request{Op: args[2], Link: link, Dir: d})
+				return err
+			}
+			reqs, err := parseSetArgs(args[2:], d)
+			if err != nil {
+				return err
+			}
+			for _, r := range reqs {
+				r.Link = link
+				resp, err := world.Control(w.Dir, r)
+				if err != nil {
+					return err
+				}
+				st := resp.Links[link]
+				fmt.Printf("%s: up %s; down %s\n", args[1], st.Up.Params, st.Down.Params)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "both", "direction: both, up (client→server) or down")
+	return c
+}
+
+// parseSetArgs reads key=value words with the scenario file's own parser,
+// so that units and errors are exactly those of a scenario.
+func parseSetArgs(args []string, d scenario.Dir) ([]world.Request, error) {
+	groups := map[scenario.Dir][]string{}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%q is not key=value (keys: %s; prefix up. or down. for one direction)", a, strings.Join(scenario.PatchKeys, ", "))
+		}
+		dir := d
+		if rest, ok := strings.CutPrefix(k, "up."); ok {
+			dir, k = scenario.DirUp, rest
+		} else if rest, ok := strings.CutPrefix(k, "down."); ok {
+			dir, k = scenario.DirDown, rest
+		}
+		if k == "outage" {
+			return nil, errors.New("outage schedules are set in the scenario file; use `lab set NAME PATH down|up` by hand")
+		}
+		groups[dir] = append(groups[dir], fmt.Sprintf("%s: %q", k, v))
+	}
+	dirs := make([]string, 0, len(groups))
+	for d := range groups {
+		dirs = append(dirs, string(d))
+	}
+	sort.Strings(dirs)
+	cwd, _ := os.Getwd()
+	var reqs []world.Request
+	for _, ds := range dirs {
+		m, err := yamlcfg.Parse("command line", []byte(strings.Join(groups[scenario.Dir(ds)], "\n")))
+		if err != nil {
+			return nil, err
+		}
+		patch := scenario.ParsePatch(m, cwd)
+		m.Done()
+		if err := m.Err(); err != nil {
+			return nil, err
+		}
+		reqs = append(reqs, world.Request{Op: "set", Dir: scenario.Dir(ds), Patch: &patch})
+	}
+	return reqs, nil
+}
+
+func labEmulateCmd() *cobra.Command {
+	var state string
+	c := &cobra.Command{
+		Use:    "emulate --state DIR",
+		Short:  "Run the link emulator of a lab (started by lab up)",
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			// fd 3 is the readiness pipe from `lab up`.
+			ready := os.NewFile(3, "ready")
+			return world.RunEmulator(ctx, state, ready)
+		},
+	}
+	c.Flags().StringVar(&state, "state", "", "lab state directory")
+	c.MarkFlagRequired("state")
+	return c
+}

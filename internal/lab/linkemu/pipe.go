@@ -1,0 +1,270 @@
+// Package linkemu emulates one network link in user space, the way mahimahi
+// does: this kernel has no netem, so packets read from a TUN device pass
+// through loss, outage, rate (or trace) and delay stages and are written to
+// the TUN device at the other end when they are due.
+//
+// Pipe is the pure part: given a packet's arrival time and size it decides
+// whether the packet is dropped and, if not, when it is delivered. It keeps
+// no clock of its own, so tests drive it with a fake one. The rate stage is
+// computed, not timed: a FIFO server at rate R delivers packet i at
+// max(arrival_i, departure_{i-1}) + size_i/R, and its backlog is the set of
+// packets whose departure lies in the future.
+package linkemu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"mpsteer/internal/units"
+)
+
+// Outage is a schedule of link failures: down for For starting at At, and
+// again every Every (0 = once).
+type Outage struct {
+	At, For, Every time.Duration
+}
+
+// active reports whether the link is down at t (time since the schedule's
+// origin).
+func (o Outage) active(t time.Duration) bool {
+	if t < o.At || o.For <= 0 {
+		return false
+	}
+	since := t - o.At
+	if o.Every > 0 {
+		since %= o.Every
+	}
+	return since < o.For
+}
+
+// Params configure one direction of a link.
+type Params struct {
+	Rate   units.Rate // 0 and no Trace = unlimited
+	Trace  *Trace     // delivery opportunities; replaces Rate
+	Delay  time.Duration
+	Jitter time.Duration // delay varies uniformly in [Delay-Jitter, Delay+Jitter]
+	Loss   units.Fraction
+	// Drop-tail queue limit: bytes if QueueBytes > 0, else packets. Both
+	// zero means the default of DefaultQueuePackets.
+	QueueBytes   units.Size
+	QueuePackets int
+	Outages      []Outage
+}
+
+// DefaultQueuePackets matches Linux's default txqueuelen.
+const DefaultQueuePackets = 1000
+
+func (p Params) String() string {
+	s := ""
+	if p.Trace != nil {
+		s += "trace " + p.Trace.Name
+	} else if p.Rate > 0 {
+		s += p.Rate.String()
+	} else {
+		s += "unlimited"
+	}
+	s += fmt.Sprintf(" delay %v", p.Delay)
+	if p.Jitter > 0 {
+		s += fmt.Sprintf("±%v", p.Jitter)
+	}
+	if p.Loss > 0 {
+		s += " loss " + p.Loss.String()
+	}
+	if p.QueueBytes > 0 {
+		s += " queue " + p.QueueBytes.String()
+	} else if p.QueuePackets > 0 {
+		s += fmt.Sprintf(" queue %dpkt", p.QueuePackets)
+	}
+	return s
+}
+
+// Verdict says what happened to a packet.
+type Verdict int
+
+const (
+	Deliver Verdict = iota
+	DropLoss
+	DropOutage
+	DropQueue
+)
+
+func (v Verdict) String() string {
+	return [...]string{"deliver", "loss", "outage", "queue"}[v]
+}
+
+// Stats count packets through one direction.
+type Stats struct {
+	Packets    uint64 `json:"packets"`
+	Bytes      uint64 `json:"bytes"`
+	Delivered  uint64 `json:"delivered"`
+	DropLoss   uint64 `json:"drop_loss"`
+	DropOutage uint64 `json:"drop_outage"`
+	DropQueue  uint64 `json:"drop_queue"`
+}
+
+type inflight struct {
+	departure time.Duration
+	size      int
+}
+
+// Pipe is one direction of an emulated link. It is not safe for concurrent
+// use; the caller serialises Admit and the setters.
+type Pipe struct {
+	p      Params
+	rng    *rand.Rand
+	origin time.Duration // schedules (outage, trace) count from here
+	down   bool          // set by hand, on top of the schedule
+
+	queue         []inflight // not yet departed, in order
+	backlog       int        // bytes in queue
+	lastDeparture time.Duration
+	lastDelivery  time.Duration
+
+	// trace state: opportunity index (absolute, across repetitions) and
+	// bytes left in it
+	traceIdx  int64
+	traceLeft int
+
+	stats Stats
+}
+
+// NewPipe makes a pipe; seed makes loss and jitter reproducible.
+func NewPipe(p Params, seed uint64) *Pipe {
+	return &Pipe{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), traceIdx: -1}
+}
+
+// Params returns the current parameters.
+func (q *Pipe) Params() Params { return q.p }
+
+// SetParams changes the link while traffic flows. Packets already accepted
+// keep their delivery times; the queue is kept.
+func (q *Pipe) SetParams(p Params) {
+	if p.Trace != q.p.Trace {
+		q.traceIdx = -1
+	}
+	q.p = p
+}
+
+// SetOrigin restarts the outage and trace schedules at t.
+func (q *Pipe) SetOrigin(t time.Duration) {
+	q.origin = t
+	q.traceIdx = -1
+}
+
+// SetDown takes the link down (or up) by hand.
+func (q *Pipe) SetDown(down bool) { q.down = down }
+
+// Down reports whether the link is down at now.
+func (q *Pipe) Down(now time.Duration) bool {
+	if q.down {
+		return true
+	}
+	for _, o := range q.p.Outages {
+		if o.active(now - q.origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// Stats returns the counters.
+func (q *Pipe) Stats() Stats { return q.stats }
+
+// Backlog is the number of bytes and packets queued at now.
+func (q *Pipe) Backlog(now time.Duration) (int, int) {
+	q.expire(now)
+	return q.backlog, len(q.queue)
+}
+
+func (q *Pipe) expire(now time.Duration) {
+	i := 0
+	for i < len(q.queue) && q.queue[i].departure <= now {
+		q.backlog -= q.queue[i].size
+		i++
+	}
+	if i > 0 {
+		q.queue = append(q.queue[:0], q.queue[i:]...)
+	}
+}
+
+func (q *Pipe) full(size int) bool {
+	if q.p.QueueBytes > 0 {
+		return q.backlog+size > int(q.p.QueueBytes)
+	}
+	limit := q.p.QueuePackets
+	if limit <= 0 {
+		limit = DefaultQueuePackets
+	}
+	return len(q.queue)+1 > limit
+}
+
+// Admit runs a packet of size bytes arriving at now through the stages in
+// order: loss, outage, rate or trace (bounded queue), delay.
+func (q *Pipe) Admit(now time.Duration, size int) (time.Duration, Verdict) {
+	q.stats.Packets++
+	q.stats.Bytes += uint64(size)
+	if q.p.Loss > 0 && q.rng.Float64() < float64(q.p.Loss) {
+		q.stats.DropLoss++
+		return 0, DropLoss
+	}
+	if q.Down(now) {
+		q.stats.DropOutage++
+		return 0, DropOutage
+	}
+	departure := now
+	limited := q.p.Trace != nil || q.p.Rate > 0
+	if limited {
+		q.expire(now)
+		if q.full(size) {
+			q.stats.DropQueue++
+			return 0, DropQueue
+		}
+		if q.p.Trace != nil {
+			departure = q.traceDeparture(now, size)
+		} else {
+			start := max(now, q.lastDeparture)
+			departure = start + q.p.Rate.TransmitTime(size)
+		}
+		q.lastDeparture = departure
+		q.queue = append(q.queue, inflight{departure, size})
+		q.backlog += size
+	}
+	delivery := departure + q.p.Delay
+	if q.p.Jitter > 0 {
+		j := time.Duration((q.rng.Float64()*2 - 1) * float64(q.p.Jitter))
+		delivery = max(departure, delivery+j)
+	}
+	// A link does not reorder: jitter stretches gaps, never swaps packets.
+	delivery = max(delivery, q.lastDelivery)
+	q.lastDelivery = delivery
+	q.stats.Delivered++
+	return delivery, Deliver
+}
+
+// traceDeparture spends size bytes of delivery opportunities (each worth
+// TraceOpportunityBytes), starting with the first opportunity at or after
+// now and after the previous packet, as mahimahi does: unused opportunities
+// are lost, a packet larger than what is left continues in the next one.
+func (q *Pipe) traceDeparture(now time.Duration, size int) time.Duration {
+	tr := q.p.Trace
+	rel := now - q.origin
+	if q.traceIdx < 0 || tr.at(q.traceIdx) < rel {
+		// The current opportunity has passed (what was left of it is lost):
+		// continue with the first one at or after now.
+		q.traceIdx = tr.firstAtOrAfter(rel)
+		q.traceLeft = TraceOpportunityBytes
+	}
+	for {
+		if q.traceLeft == 0 {
+			q.traceIdx++
+			q.traceLeft = TraceOpportunityBytes
+		}
+		if size <= q.traceLeft {
+			q.traceLeft -= size
+			return q.origin + tr.at(q.traceIdx)
+		}
+		size -= q.traceLeft
+		q.traceLeft = 0
+	}
+}

@@ -1,0 +1,349 @@
+// Package report turns a variant's recorded samples into its summary,
+// time series, plots, and a report comparing the variants of a run.
+package report
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"mpsteer/internal/lab/recorder"
+	"mpsteer/internal/observe"
+)
+
+// SubflowSummary is one connection-level socket on the sending side.
+type SubflowSummary struct {
+	Path         string  `json:"path"`
+	Local        string  `json:"local"`
+	Remote       string  `json:"remote"`
+	MPTCP        bool    `json:"mptcp"`
+	Token        string  `json:"token,omitempty"`
+	LocalID      uint8   `json:"local_id"`
+	RemoteID     uint8   `json:"remote_id"`
+	BytesAcked   uint64  `json:"bytes_acked"`
+	BytesRetrans uint64  `json:"bytes_retrans"`
+	Retransmits  uint32  `json:"retransmits"`
+	BackupSeen   bool    `json:"backup_seen"`
+	FirstSeenS   float64 `json:"first_seen_s"`
+	LastSeenS    float64 `json:"last_seen_s"`
+}
+
+// PathSummary is what one path carried.
+type PathSummary struct {
+	Bytes uint64  `json:"bytes"`
+	Share float64 `json:"share"`
+}
+
+// Percentiles of a distribution, in milliseconds.
+type Percentiles struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Mean float64 `json:"mean"`
+}
+
+// FlowsSummary describes the short flows.
+type FlowsSummary struct {
+	Count  int                    `json:"count"`
+	Failed int                    `json:"failed"`
+	FCTms  Percentiles            `json:"fct_ms"`
+	BySize map[string]Percentiles `json:"fct_ms_by_size"`
+}
+
+// EventRecord is an event as it was applied.
+type EventRecord struct {
+	AtS    float64 `json:"at_s"`
+	Path   string  `json:"path"`
+	Action string  `json:"action"`
+	Detail string  `json:"detail,omitempty"`
+	Error  string  `json:"error,omitempty"`
+}
+
+// Summary is summary.json of one variant.
+type Summary struct {
+	Scenario     string                 `json:"scenario"`
+	Variant      string                 `json:"variant"`
+	Kind         string                 `json:"kind"`
+	CC           map[string]string      `json:"congestion_control"`
+	MPTCPUsed    bool                   `json:"mptcp_used"`
+	Upload       bool                   `json:"upload"`
+	DurationS    float64                `json:"duration_s"`
+	Bytes        int64                  `json:"bytes"`
+	GoodputMbit  float64                `json:"goodput_mbit"`
+	Retransmits  uint64                 `json:"retransmits"`
+	BytesRetrans uint64                 `json:"bytes_retrans"`
+	Subflows     []SubflowSummary       `json:"subflows"`
+	Paths        map[string]PathSummary `json:"paths"`
+	Flows        *FlowsSummary          `json:"flows,omitempty"`
+	Events       []EventRecord          `json:"events,omitempty"`
+	Errors       []string               `json:"errors,omitempty"`
+	Emulator     any                    `json:"emulator,omitempty"`
+	Daemon       map[string]any         `json:"daemon,omitempty"`
+	// Metrics holds measurements specific to a scenario (recovery times,
+	// post-event goodput, …), each key with its unit.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+}
+
+// PathMapper names the path of a socket from its client-side address.
+type PathMapper map[netip.Addr]string
+
+// Of returns the path of a socket seen at host.
+func (pm PathMapper) Of(host string, sf observe.Subflow) string {
+	a := sf.Local.Addr()
+	if host == "server" {
+		a = sf.Remote.Addr()
+	}
+	if p, ok := pm[a]; ok {
+		return p
+	}
+	return "?"
+}
+
+// Series is the per-interval view of a run.
+type Series struct {
+	Paths   []string
+	T       []float64            // seconds
+	App     []float64            // application goodput, Mbit/s
+	PerPath map[string][]float64 // sending-side acked bytes per path, Mbit/s
+	SRTT    map[string][]float64 // ms, largest subflow SRTT on the path (NaN = none)
+	Cwnd    map[string][]float64 // packets, summed over the path's subflows
+}
+
+// Sender returns the sending side's sockets of a sample.
+func Sender(s recorder.Sample, upload bool) ([]observe.Subflow, string) {
+	if upload {
+		return s.Client, "client"
+	}
+	return s.Server, "server"
+}
+
+// BuildSeries differentiates the cumulative counters of the samples.
+func BuildSeries(samples []recorder.Sample, paths []string, pm PathMapper, upload bool) *Series {
+	se := &Series{Paths: paths, PerPath: map[string][]float64{}, SRTT: map[string][]float64{}, Cwnd: map[string][]float64{}}
+	prevAcked := map[uint64]uint64{}
+	var prevApp int64
+	var prevT time.Duration
+	for i, s := range samples {
+		dt := (s.T - prevT).Seconds()
+		if i > 0 && dt < 0.02 {
+			// A sample right after the previous one (the final one, taken
+			// when the traffic ends) would turn a few bytes into a spike.
+			continue
+		}
+		if i == 0 || dt <= 0 {
+			dt = math.NaN()
+		}
+		se.T = append(se.T, s.T.Seconds())
+		se.App = append(se.App, float64(s.AppBytes-prevApp)*8/1e6/dt)
+		socks, host := Sender(s, upload)
+		bytes := map[string]uint64{}
+		srtt := map[string]float64{}
+		cwnd := map[string]float64{}
+		for _, sf := range socks {
+			p := pm.Of(host, sf)
+			id := sf.Cookie
+			d := sf.BytesAcked - min(prevAcked[id], sf.BytesAcked)
+			prevAcked[id] = sf.BytesAcked
+			bytes[p] += d
+			srtt[p] = math.Max(srtt[p], float64(sf.SRTT)/1e6)
+			cwnd[p] += float64(sf.Cwnd)
+		}
+		for _, p := range paths {
+			se.PerPath[p] = append(se.PerPath[p], float64(bytes[p])*8/1e6/dt)
+			v, ok := srtt[p]
+			if !ok {
+				v = math.NaN()
+			}
+			se.SRTT[p] = append(se.SRTT[p], v)
+			se.Cwnd[p] = append(se.Cwnd[p], cwnd[p])
+		}
+		prevApp, prevT = s.AppBytes, s.T
+	}
+	return se
+}
+
+// WriteCSV writes timeseries.csv.
+func (se *Series) WriteCSV(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := csv.NewWriter(f)
+	head := []string{"time_s", "app_goodput_mbit"}
+	for _, p := range se.Paths {
+		head = append(head, p+"_goodput_mbit", p+"_srtt_ms", p+"_cwnd_pkts")
+	}
+	w.Write(head)
+	num := func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	for i := range se.T {
+		row := []string{num(se.T[i]), num(se.App[i])}
+		for _, p := range se.Paths {
+			row = append(row, num(se.PerPath[p][i]), num(se.SRTT[p][i]), num(se.Cwnd[p][i]))
+		}
+		w.Write(row)
+	}
+	w.Flush()
+	return w.Error()
+}
+
+// SummarizeSubflows collects, per sending-side socket, its final counters.
+func SummarizeSubflows(samples []recorder.Sample, pm PathMapper, upload bool) ([]SubflowSummary, map[string]PathSummary) {
+	by := map[uint64]*SubflowSummary{}
+	var order []uint64
+	for _, s := range samples {
+		socks, host := Sender(s, upload)
+		for _, sf := range socks {
+			ss, ok := by[sf.Cookie]
+			if !ok {
+				ss = &SubflowSummary{Path: pm.Of(host, sf), Local: sf.Local.String(), Remote: sf.Remote.String(),
+					MPTCP: sf.MPTCP, LocalID: sf.LocalID, RemoteID: sf.RemoteID, FirstSeenS: s.T.Seconds()}
+				if sf.MPTCP {
+					ss.Token = fmt.Sprintf("%08x", sf.Token)
+				}
+				by[sf.Cookie] = ss
+				order = append(order, sf.Cookie)
+			}
+			ss.BytesAcked = max(ss.BytesAcked, sf.BytesAcked)
+			ss.BytesRetrans = max(ss.BytesRetrans, sf.BytesRetrans)
+			ss.Retransmits = max(ss.Retransmits, sf.TotalRetrans)
+			ss.BackupSeen = ss.BackupSeen || sf.Backup()
+			ss.LastSeenS = s.T.Seconds()
+		}
+	}
+	var out []SubflowSummary
+	paths := map[string]PathSummary{}
+	var total uint64
+	for _, id := range order {
+		ss := by[id]
+		// Sockets that never carried data (the flows' tiny control
+		// connections, a subflow that failed to join) still count.
+		out = append(out, *ss)
+		p := paths[ss.Path]
+		p.Bytes += ss.BytesAcked
+		paths[ss.Path] = p
+		total += ss.BytesAcked
+	}
+	for k, p := range paths {
+		if total > 0 {
+			p.Share = float64(p.Bytes) / float64(total)
+		}
+		paths[k] = p
+	}
+	return out, paths
+}
+
+// FCTStats summarises flow completion times.
+func FCTStats(fcts []time.Duration) Percentiles {
+	if len(fcts) == 0 {
+		return Percentiles{}
+	}
+	s := append([]time.Duration(nil), fcts...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) / 1e6 }
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return Percentiles{P50: at(0.5), P90: at(0.9), P99: at(0.99), Mean: float64(sum) / float64(len(s)) / 1e6}
+}
+
+// WriteJSON writes v as indented JSON.
+func WriteJSON(file string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(data, '\n'), 0o644)
+}
+
+// ReadSummary loads a summary.json.
+func ReadSummary(file string) (*Summary, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var s Summary
+	return &s, json.Unmarshal(data, &s)
+}
+
+// Table renders the comparison of variants as a Markdown table.
+func Table(sums []*Summary) string {
+	var b strings.Builder
+	pathSet := map[string]bool{}
+	var paths []string
+	hasFlows := false
+	for _, s := range sums {
+		for p := range s.Paths {
+			if !pathSet[p] && p != "?" {
+				pathSet[p] = true
+				paths = append(paths, p)
+			}
+		}
+		hasFlows = hasFlows || s.Flows != nil
+	}
+	sort.Strings(paths)
+	b.WriteString("| variant | goodput (Mbit/s) | bytes | retransmits (segments) |")
+	for _, p := range paths {
+		fmt.Fprintf(&b, " %s share |", p)
+	}
+	if hasFlows {
+		b.WriteString(" FCT p50 (ms) | FCT p99 (ms) |")
+	}
+	b.WriteString(" congestion control |\n|---|---:|---:|---:|")
+	for range paths {
+		b.WriteString("---:|")
+	}
+	if hasFlows {
+		b.WriteString("---:|---:|")
+	}
+	b.WriteString("---|\n")
+	for _, s := range sums {
+		fmt.Fprintf(&b, "| %s | %.1f | %s | %d |", s.Variant, s.GoodputMbit, humanBytes(s.Bytes), s.Retransmits)
+		for _, p := range paths {
+			if ps, ok := s.Paths[p]; ok {
+				fmt.Fprintf(&b, " %.1f%% |", ps.Share*100)
+			} else {
+				b.WriteString(" – |")
+			}
+		}
+		if hasFlows {
+			if s.Flows != nil {
+				fmt.Fprintf(&b, " %.1f | %.1f |", s.Flows.FCTms.P50, s.Flows.FCTms.P99)
+			} else {
+				b.WriteString(" – | – |")
+			}
+		}
+		fmt.Fprintf(&b, " %s |\n", s.CC["client"])
+	}
+	return b.String()
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
+}
+
+// VariantDir is where a variant's files go.
+func VariantDir(out, variant string) string { return filepath.Join(out, variant) }

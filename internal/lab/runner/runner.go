@@ -1,0 +1,531 @@
+// Package runner runs the variants of a scenario, each in a fresh world,
+// and writes per variant timeseries.csv, subflows.csv, summary.json and
+// plots, and for the run a report.md comparing the variants.
+package runner
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"mpsteer/internal/lab/recorder"
+	"mpsteer/internal/lab/report"
+	"mpsteer/internal/lab/scenario"
+	"mpsteer/internal/lab/traffic"
+	"mpsteer/internal/lab/world"
+	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/pm"
+)
+
+// Options tune a run.
+type Options struct {
+	Out      string   // output directory
+	Variants []string // run only these (default: all)
+	Binary   string   // mpsteer executable for the emulator and daemons
+	Name     string   // lab name (default: run-<pid>)
+	Progress io.Writer
+	Interval time.Duration // sampling interval (default 100 ms)
+}
+
+// Result lists what a run produced.
+type Result struct {
+	Out       string
+	Summaries []*report.Summary
+	Report    string
+}
+
+// Run runs the selected variants one after another.
+func Run(ctx context.Context, s *scenario.Scenario, o Options) (*Result, error) {
+	if o.Interval <= 0 {
+		o.Interval = 100 * time.Millisecond
+	}
+	if o.Name == "" {
+		o.Name = fmt.Sprintf("run-%d", os.Getpid())
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join("results", s.Name)
+	}
+	var variants []*scenario.Variant
+	for _, v := range s.Variants {
+		if len(o.Variants) == 0 || contains(o.Variants, v.Name) {
+			variants = append(variants, v)
+		}
+	}
+	for _, want := range o.Variants {
+		if s.Variant(want) == nil {
+			var names []string
+			for _, v := range s.Variants {
+				names = append(names, v.Name)
+			}
+			return nil, fmt.Errorf("scenario %s has no variant %q (variants: %s)", s.Name, want, strings.Join(names, ", "))
+		}
+	}
+	if len(s.Traffic) == 0 {
+		return nil, fmt.Errorf("%s: the scenario has no traffic to run", s.File)
+	}
+	if err := world.Preflight(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, err
+	}
+	res := &Result{Out: o.Out}
+	for i, v := range variants {
+		fmt.Fprintf(o.Progress, "[%d/%d] %s: variant %s (%s over %s)\n", i+1, len(variants), s.Name, v.Name, v.Kind, strings.Join(v.Paths, ", "))
+		sum, err := runVariant(ctx, s, v, o)
+		if err != nil {
+			return res, fmt.Errorf("variant %s: %w", v.Name, err)
+		}
+		res.Summaries = append(res.Summaries, sum)
+		fmt.Fprintf(o.Progress, "      %s: goodput %.1f Mbit/s, %d retransmits\n", v.Name, sum.GoodputMbit, sum.Retransmits)
+	}
+	res.Report = filepath.Join(o.Out, "report.md")
+	return res, writeReport(s, res)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// variantRun holds what one variant's run needs while it goes.
+type variantRun struct {
+	s      *scenario.Scenario
+	v      *scenario.Variant
+	w      *world.World
+	o      Options
+	dir    string
+	t0     time.Duration
+	meters []*traffic.Meter
+	upload bool
+
+	mu     sync.Mutex
+	events []report.EventRecord
+	errs   []string
+	bulk   *traffic.BulkResult
+	flows  []traffic.FlowResult
+}
+
+func runVariant(ctx context.Context, s *scenario.Scenario, v *scenario.Variant, o Options) (*report.Summary, error) {
+	plan, err := world.NewPlan(o.Name, s, v)
+	if err != nil {
+		return nil, err
+	}
+	dir := report.VariantDir(o.Out, v.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	w, err := world.Up(ctx, plan, world.Options{Binary: o.Binary})
+	if err != nil {
+		return nil, err
+	}
+	// The world goes in every outcome, Ctrl-C included.
+	defer w.Down()
+	r := &variantRun{s: s, v: v, w: w, o: o, dir: dir, upload: true}
+	for _, t := range s.Traffic {
+		if t.Kind != scenario.UDPFlood {
+			r.upload = t.Upload
+			break
+		}
+	}
+	stopDaemons, err := r.startDaemons(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var daemonInfo map[string]any
+	rec, err := recorder.New(plan.Host(world.Client).NetNS, plan.Host(world.Server).NetNS)
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Close()
+	if _, err := world.Control(w.Dir, world.Request{Op: "origin"}); err != nil {
+		return nil, err
+	}
+	r.t0 = traffic.Now()
+
+	var wg sync.WaitGroup
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i, t := range s.Traffic {
+		wg.Add(1)
+		go func(i int, t scenario.Traffic) {
+			defer wg.Done()
+			if err := r.runTraffic(tctx, i, t); err != nil && tctx.Err() == nil {
+				r.fail(fmt.Sprintf("traffic %d (%s): %v", i+1, t.Kind, err))
+			}
+		}(i, t)
+	}
+	events := append(append([]scenario.Event(nil), s.Events...), v.Events...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].At < events[j].At })
+	go r.runEvents(tctx, events)
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	limit := s.Duration()
+	timeout := 10 * time.Minute
+	if limit > 0 {
+		timeout = limit + max(limit, 30*time.Second)
+	}
+	tick := time.NewTicker(o.Interval)
+	defer tick.Stop()
+	nextProgress := time.Second
+	var sampleErr error
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case <-ctx.Done():
+			cancel()
+			<-done
+			stopDaemons()
+			return nil, ctx.Err()
+		case <-tick.C:
+			t := traffic.Now() - r.t0
+			smp, err := rec.Take(t, r.appBytes())
+			if err != nil && sampleErr == nil {
+				sampleErr = err
+				r.fail("recorder: " + err.Error())
+			}
+			if t >= nextProgress {
+				r.progress(rec.Samples, smp, limit)
+				nextProgress += time.Second
+			}
+			if t > timeout {
+				r.fail(fmt.Sprintf("traffic did not finish within %v; stopped", timeout))
+				cancel()
+			}
+		}
+	}
+	rec.Take(traffic.Now()-r.t0, r.appBytes())
+	daemonInfo = stopDaemons()
+	emu, _ := world.Control(w.Dir, world.Request{Op: "stats"})
+	sum := r.summarize(rec.Samples)
+	if emu != nil {
+		sum.Emulator = emu.Links
+	}
+	if daemonInfo != nil {
+		sum.Daemon = daemonInfo
+	}
+	return sum, r.writeFiles(sum, rec.Samples)
+}
+
+func (r *variantRun) fail(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, msg)
+}
+
+func (r *variantRun) appBytes() int64 {
+	var n int64
+	for _, m := range r.meters {
+		n += m.Bytes()
+	}
+	return n
+}
+
+func (r *variantRun) proto() traffic.Proto {
+	if r.v.Kind == scenario.KindTCP {
+		return traffic.TCP
+	}
+	return traffic.MPTCP
+}
+
+// meter registers a receive counter before its generator starts, so that
+// the sampler never races with the list.
+func (r *variantRun) meter(m *traffic.Meter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.meters = append(r.meters, m)
+}
+
+func (r *variantRun) runTraffic(ctx context.Context, i int, t scenario.Traffic) error {
+	clientNS := r.w.Host(world.Client).NetNS
+	serverNS := r.w.Host(world.Server).NetNS
+	first := r.w.Paths[0]
+	port := uint16(5201 + i)
+	wait := func(at time.Duration) error {
+		select {
+		case <-time.After(r.t0 + at - traffic.Now()):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	switch t.Kind {
+	case scenario.Bulk:
+		b := &traffic.Bulk{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(first.Server.Addr, port),
+			Proto: r.proto(), Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size)}
+		r.meter(&b.Meter)
+		if err := wait(t.Start); err != nil {
+			return err
+		}
+		res, err := b.Run(ctx)
+		r.mu.Lock()
+		r.bulk = &res
+		r.mu.Unlock()
+		return err
+	case scenario.Flows:
+		f := &traffic.Flows{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(first.Server.Addr, port),
+			Proto: r.proto(), Upload: t.Upload, Count: t.Count, Interval: t.Interval, Weights: t.Weights, Seed: r.s.Seed + uint64(i)}
+		for _, sz := range t.Sizes {
+			f.Sizes = append(f.Sizes, int64(sz))
+		}
+		r.meter(&f.Meter)
+		if err := wait(t.Start); err != nil {
+			return err
+		}
+		res, err := f.Run(ctx)
+		r.mu.Lock()
+		r.flows = append(r.flows, res...)
+		r.mu.Unlock()
+		return err
+	case scenario.UDPFlood:
+		p := r.w.Path(t.Path)
+		if p == nil {
+			return nil // the path is not part of this variant
+		}
+		fl := &traffic.Flood{FromNS: clientNS, ToNS: serverNS, Src: p.Client.Addr, Dst: p.Server.Addr,
+			Rate: t.Rate, Start: r.t0 + t.Start, Stop: r.t0 + t.Stop}
+		if !t.Upload {
+			fl.FromNS, fl.ToNS, fl.Src, fl.Dst = serverNS, clientNS, p.Server.Addr, p.Client.Addr
+		}
+		return fl.Run(ctx)
+	}
+	return fmt.Errorf("unknown traffic type %q", t.Kind)
+}
+
+func (r *variantRun) runEvents(ctx context.Context, events []scenario.Event) {
+	for _, ev := range events {
+		select {
+		case <-time.After(r.t0 + ev.At - traffic.Now()):
+		case <-ctx.Done():
+			return
+		}
+		rec := report.EventRecord{AtS: (traffic.Now() - r.t0).Seconds(), Path: ev.Path, Action: string(ev.Action)}
+		if err := r.applyEvent(ev, &rec); err != nil {
+			rec.Error = err.Error()
+			r.fail(fmt.Sprintf("event at %v on %s: %v", ev.At, ev.Path, err))
+		}
+		r.mu.Lock()
+		r.events = append(r.events, rec)
+		r.mu.Unlock()
+	}
+}
+
+// ApplyEvent applies one event to a running world (also used by tests).
+func ApplyEvent(w *world.World, ev scenario.Event) (string, error) {
+	p := w.Path(ev.Path)
+	if p == nil {
+		return "path not in this variant; skipped", nil
+	}
+	switch ev.Action {
+	case scenario.ActSet:
+		resp, err := world.Control(w.Dir, world.Request{Op: "set", Link: p.Link, Dir: ev.Dir, Patch: &ev.Patch})
+		if err != nil {
+			return "", err
+		}
+		st := resp.Links[p.Link]
+		return "up " + st.Up.Params + "; down " + st.Down.Params, nil
+	case scenario.ActDown, scenario.ActUp:
+		_, err := world.Control(w.Dir, world.Request{Op: string(ev.Action), Link: p.Link, Dir: ev.Dir})
+		return "", err
+	case scenario.ActRemove:
+		// The path disappears: the link goes dark and, as an interface
+		// going away would make a path manager do, the client's endpoint
+		// is deleted so that MPTCP closes the subflows on it.
+		if _, err := world.Control(w.Dir, world.Request{Op: "down", Link: p.Link}); err != nil {
+			return "", err
+		}
+		if p.Endpoint == nil || *p.Endpoint&pm.FlagSubflow == 0 {
+			return "link down (initial path: no endpoint to delete)", nil
+		}
+		h, err := netnsutil.Open(w.Host(world.Client).NetNS)
+		if err != nil {
+			return "", err
+		}
+		defer h.Close()
+		c, err := pm.Dial(pm.Options{NetNS: int(h)})
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		eps, err := c.Endpoints()
+		if err != nil {
+			return "", err
+		}
+		for _, e := range eps {
+			if e.Addr == p.Client.Addr {
+				return fmt.Sprintf("link down, endpoint id %d deleted", e.ID), c.DelEndpoint(e)
+			}
+		}
+		return "link down (no endpoint found)", nil
+	}
+	return "", fmt.Errorf("unknown action %q", ev.Action)
+}
+
+func (r *variantRun) applyEvent(ev scenario.Event, rec *report.EventRecord) error {
+	detail, err := ApplyEvent(r.w, ev)
+	rec.Detail = detail
+	return err
+}
+
+func (r *variantRun) progress(samples []recorder.Sample, last recorder.Sample, limit time.Duration) {
+	// Goodput over the last second.
+	i := len(samples) - 1
+	for i > 0 && last.T-samples[i].T < time.Second {
+		i--
+	}
+	dt := (last.T - samples[i].T).Seconds()
+	gp := 0.0
+	if dt > 0 {
+		gp = float64(last.AppBytes-samples[i].AppBytes) * 8 / 1e6 / dt
+	}
+	of := ""
+	if limit > 0 {
+		of = fmt.Sprintf("/%.0fs", limit.Seconds())
+	}
+	fmt.Fprintf(r.o.Progress, "      %s t=%4.1fs%s  goodput %7.1f Mbit/s  received %s\n", r.v.Name, last.T.Seconds(), of, gp, mib(last.AppBytes))
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+func (r *variantRun) pathMapper() report.PathMapper {
+	pmap := report.PathMapper{}
+	for _, p := range r.w.Paths {
+		pmap[p.Client.Addr] = p.Name
+	}
+	return pmap
+}
+
+func (r *variantRun) summarize(samples []recorder.Sample) *report.Summary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sum := &report.Summary{
+		Scenario: r.s.Name, Variant: r.v.Name, Kind: string(r.v.Kind), CC: r.w.CC, Upload: r.upload,
+		Events: r.events, Errors: r.errs, Metrics: map[string]float64{},
+	}
+	pmap := r.pathMapper()
+	sum.Subflows, sum.Paths = report.SummarizeSubflows(samples, pmap, r.upload)
+	for _, sf := range sum.Subflows {
+		sum.Retransmits += uint64(sf.Retransmits)
+		sum.BytesRetrans += sf.BytesRetrans
+	}
+	if r.bulk != nil {
+		b := r.bulk
+		sum.MPTCPUsed = b.MPTCP
+		sum.Bytes = b.Bytes
+		if b.LastByte > b.Start {
+			sum.DurationS = (b.LastByte - b.Start).Seconds()
+			sum.GoodputMbit = float64(b.Bytes) * 8 / 1e6 / sum.DurationS
+		}
+	}
+	if len(r.flows) > 0 {
+		fs := &report.FlowsSummary{Count: len(r.flows), BySize: map[string]report.Percentiles{}}
+		var all []time.Duration
+		bySize := map[int64][]time.Duration{}
+		for _, f := range r.flows {
+			if f.Err != "" {
+				fs.Failed++
+				continue
+			}
+			all = append(all, f.FCT)
+			bySize[f.Size] = append(bySize[f.Size], f.FCT)
+			sum.Bytes += f.Size
+		}
+		fs.FCTms = report.FCTStats(all)
+		for sz, d := range bySize {
+			fs.BySize[fmt.Sprintf("%dB", sz)] = report.FCTStats(d)
+		}
+		sum.Flows = fs
+	}
+	return sum
+}
+
+func (r *variantRun) writeFiles(sum *report.Summary, samples []recorder.Sample) error {
+	pmap := r.pathMapper()
+	var names []string
+	for _, p := range r.w.Paths {
+		names = append(names, p.Name)
+	}
+	se := report.BuildSeries(samples, names, pmap, r.upload)
+	var marks []report.Mark
+	for _, e := range sum.Events {
+		marks = append(marks, report.Mark{X: e.AtS, Label: e.Path + " " + e.Action})
+	}
+	title := fmt.Sprintf("%s — %s (%s)", r.s.Name, r.v.Name, r.w.CC["client"])
+	return errors.Join(
+		se.WriteCSV(filepath.Join(r.dir, "timeseries.csv")),
+		recorder.WriteSubflowsCSV(filepath.Join(r.dir, "subflows.csv"), samples, pmap.Of),
+		report.WriteJSON(filepath.Join(r.dir, "summary.json"), sum),
+		report.PlotSeries(filepath.Join(r.dir, "goodput.png"), title, se, marks),
+	)
+}
+
+func writeReport(s *scenario.Scenario, res *Result) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# %s\n\n", s.Name)
+	if s.Description != "" {
+		fmt.Fprintf(&b, "%s\n\n", strings.TrimSpace(s.Description))
+	}
+	fmt.Fprintf(&b, "Scenario file: `%s`. Goodput is application bytes over the whole transfer; retransmits are TCP segments summed over the sending side's subflows; shares are bytes acknowledged per path.\n\n", s.File)
+	b.WriteString(report.Table(res.Summaries))
+	b.WriteString("\nPer variant: `<variant>/summary.json`, `timeseries.csv`, `subflows.csv`, `goodput.png`. Comparison plot: `compare.png`.\n")
+	for _, sum := range res.Summaries {
+		for _, e := range sum.Errors {
+			fmt.Fprintf(&b, "\n- %s: %s", sum.Variant, e)
+		}
+	}
+	var lines []report.Line
+	for _, sum := range res.Summaries {
+		ts, err := readSeries(filepath.Join(res.Out, sum.Variant, "timeseries.csv"))
+		if err == nil {
+			lines = append(lines, report.Line{Name: sum.Variant, X: ts[0], Y: report.Smooth(ts[1], report.SmoothSamples)})
+		}
+	}
+	return errors.Join(
+		os.WriteFile(res.Report, []byte(b.String()+"\n"), 0o644),
+		report.WriteJSON(filepath.Join(res.Out, "results.json"), res.Summaries),
+		report.PlotLines(filepath.Join(res.Out, "compare.png"), s.Name+": application goodput, 0.5 s average", "goodput (Mbit/s)", lines, nil),
+	)
+}
+
+// readSeries loads time and application goodput from a timeseries.csv.
+func readSeries(file string) ([2][]float64, error) {
+	var out [2][]float64
+	f, err := os.Open(file)
+	if err != nil {
+		return out, err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return out, err
+	}
+	for _, row := range rows[1:] {
+		t, err1 := strconv.ParseFloat(row[0], 64)
+		g, err2 := strconv.ParseFloat(row[1], 64)
+		if err1 == nil && err2 == nil {
+			out[0] = append(out[0], t)
+			out[1] = append(out[1], g)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,749 @@
+// Package scenario reads lab scenario files: the hosts, the paths between
+// them, the traffic to run, timed events, and the variants to compare.
+// Every mistake is reported with file, line and key, and what would be valid.
+package scenario
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"mpsteer/internal/lab/linkemu"
+	"mpsteer/internal/units"
+	"mpsteer/internal/yamlcfg"
+)
+
+// MaxPaths is the most paths a scenario may have.
+const MaxPaths = 16
+
+// MaxCoreLinks is the most parallel links in a core.
+const MaxCoreLinks = 16
+
+// Scenario is a parsed scenario file.
+type Scenario struct {
+	File        string
+	Name        string
+	Description string
+	Seed        uint64
+	Client      Host
+	Server      Host
+	Paths       []*Path
+	Core        *Core
+	Traffic     []Traffic
+	Events      []Event
+	Variants    []*Variant
+}
+
+// Host holds per-host settings.
+type Host struct {
+	Name string
+	// CC is the congestion control; "" keeps the kernel's default.
+	CC string
+	// Rmem and Wmem are the largest TCP/MPTCP socket buffers the kernel's
+	// autotuning may use (tcp_rmem/tcp_wmem max); 0 keeps the default.
+	Rmem, Wmem units.Size
+}
+
+// Path is one emulated path between client and server.
+type Path struct {
+	Name string
+	Up   linkemu.Params // client → server
+	Down linkemu.Params // server → client
+	// Backup makes the client's endpoint for this path a backup endpoint.
+	Backup bool
+	// ViaCore sends the path through the shared core (client → r1 is the
+	// path's own emulated access link).
+	ViaCore bool
+	Line    int
+}
+
+// Core is M parallel emulated links between routers r1 and r2, with ECMP
+// over them by L4 hash, so subflows between one address pair can take
+// different links.
+type Core struct {
+	Links []CoreLink
+}
+
+// CoreLink is one link of the core.
+type CoreLink struct {
+	Up, Down linkemu.Params
+}
+
+// TrafficKind names a traffic generator.
+type TrafficKind string
+
+const (
+	Bulk     TrafficKind = "bulk"
+	Flows    TrafficKind = "flows"
+	UDPFlood TrafficKind = "udp-flood"
+)
+
+// Traffic is one generator.
+type Traffic struct {
+	Kind  TrafficKind
+	Start time.Duration
+	// Bulk: stops at Duration or after Size bytes, whichever comes first.
+	Duration time.Duration
+	Size     units.Size
+	// Upload (client → server) or not.
+	Upload bool
+	// Flows: sizes drawn with weights, Count flows started every Interval.
+	Sizes    []units.Size
+	Weights  []float64
+	Count    int
+	Interval time.Duration
+	// UDP flood: on Path, from Start to Stop, at Rate.
+	Path string
+	Stop time.Duration
+	Rate units.Rate
+	Line int
+}
+
+// End is when the generator stops (0 = unknown, size-bound).
+func (t Traffic) End() time.Duration {
+	switch t.Kind {
+	case Bulk:
+		if t.Duration > 0 {
+			return t.Start + t.Duration
+		}
+	case Flows:
+		return t.Start + time.Duration(t.Count)*t.Interval
+	case UDPFlood:
+		return t.Stop
+	}
+	return 0
+}
+
+// Action is what an event does to a path.
+type Action string
+
+const (
+	ActSet    Action = "set"
+	ActDown   Action = "down"
+	ActUp     Action = "up"
+	ActRemove Action = "remove"
+)
+
+// Event changes a path at a time.
+type Event struct {
+	At     time.Duration
+	Path   string
+	Action Action
+	Dir    Dir
+	Patch  Patch
+	Line   int
+}
+
+// Dir selects link directions.
+type Dir string
+
+const (
+	DirBoth Dir = "both"
+	DirUp   Dir = "up"
+	DirDown Dir = "down"
+)
+
+// VariantKind is plain TCP or MPTCP.
+type VariantKind string
+
+const (
+	KindTCP   VariantKind = "tcp"
+	KindMPTCP VariantKind = "mptcp"
+)
+
+// Variant is one way of running the scenario.
+type Variant struct {
+	Name string
+	Kind VariantKind
+	// Paths is the subset of paths built for this variant, first = initial
+	// subflow (default: all; for tcp: the one named by `path`).
+	Paths []string
+	// Daemon configs per host ("client", "server"), as YAML to hand to
+	// `mpsteer daemon --config`.
+	Daemon map[string][]byte
+	Events []Event
+	Line   int
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,14}$`)
+
+// Load reads and validates a scenario file.
+func Load(file string) (*Scenario, error) {
+	m, err := yamlcfg.ParseFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return parse(m)
+}
+
+// Parse reads a scenario from memory (file is used in messages and to
+// resolve trace paths).
+func Parse(file string, data []byte) (*Scenario, error) {
+	m, err := yamlcfg.Parse(file, data)
+	if err != nil {
+		return nil, err
+	}
+	return parse(m)
+}
+
+// DaemonConfigCheck validates a daemon config embedded in a variant; the
+// daemon package installs it so that a scenario with a bad policy is
+// rejected when it is loaded, not halfway through a run.
+var DaemonConfigCheck func(m *yamlcfg.Map)
+
+func parse(m *yamlcfg.Map) (*Scenario, error) {
+	s := &Scenario{File: m.File()}
+	base := strings.TrimSuffix(filepath.Base(m.File()), filepath.Ext(m.File()))
+	s.Name = m.String("name", base)
+	s.Description = m.String("description", "")
+	s.Seed = uint64(m.Int("seed", 1, 0, 1<<31-1))
+	hosts := m.Map("hosts")
+	s.Client = parseHost(hosts, "client")
+	s.Server = parseHost(hosts, "server")
+	hosts.Done()
+
+	dir := filepath.Dir(m.File())
+	seen := map[string]bool{}
+	items := m.List("paths")
+	if len(items) == 0 {
+		m.Errorf("paths", "a scenario needs at least one path")
+	}
+	if len(items) > MaxPaths {
+		m.Errorf("paths", "%d paths given; at most %d are supported", len(items), MaxPaths)
+	}
+	for _, it := range items {
+		if it.Map == nil {
+			m.ErrorAt(it.Node, it.Path, "a path is a mapping with at least a name (e.g. {name: wifi, rate: 10mbit, delay: 10ms})")
+			continue
+		}
+		p := parsePath(it.Map, dir)
+		if p.Name != "" && seen[p.Name] {
+			it.Map.Errorf("name", "path name %q is used twice", p.Name)
+		}
+		seen[p.Name] = true
+		s.Paths = append(s.Paths, p)
+	}
+	if c := m.Map("core"); c != nil {
+		s.Core = parseCore(c, dir)
+	}
+	for _, p := range s.Paths {
+		if p.ViaCore && s.Core == nil {
+			m.Errorf("paths", "path %q is via core, but the scenario has no core section", p.Name)
+		}
+	}
+
+	for _, it := range m.List("traffic") {
+		if it.Map == nil {
+			m.ErrorAt(it.Node, it.Path, "traffic is a mapping such as {type: bulk, duration: 10s}")
+			continue
+		}
+		s.Traffic = append(s.Traffic, parseTraffic(it.Map, seen))
+	}
+	s.Events = parseEvents(m, "events", seen, dir)
+
+	vitems := m.List("variants")
+	if len(vitems) == 0 {
+		s.Variants = []*Variant{{Name: "tcp", Kind: KindTCP}, {Name: "mptcp", Kind: KindMPTCP}}
+	}
+	vseen := map[string]bool{}
+	for _, it := range vitems {
+		v := parseVariant(m, it, seen, dir)
+		if v == nil {
+			continue
+		}
+		if vseen[v.Name] {
+			m.ErrorAt(it.Node, it.Path, "variant name %q is used twice", v.Name)
+		}
+		vseen[v.Name] = true
+		s.Variants = append(s.Variants, v)
+	}
+	for _, v := range s.Variants {
+		fillVariantPaths(v, s)
+	}
+	m.Done()
+	if err := m.Err(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func parseHost(hosts *yamlcfg.Map, name string) Host {
+	h := Host{Name: name}
+	if hosts == nil {
+		return h
+	}
+	hm := hosts.Map(name)
+	if hm == nil {
+		return h
+	}
+	h.CC = hm.String("cc", "")
+	if h.CC != "" && !regexp.MustCompile(`^[a-z0-9_]+$`).MatchString(h.CC) {
+		hm.Errorf("cc", "%q is not a congestion control name (e.g. bbr, cubic, reno)", h.CC)
+	}
+	h.Rmem = hm.Size("rmem", 0)
+	h.Wmem = hm.Size("wmem", 0)
+	hm.Done()
+	return h
+}
+
+func parsePath(pm *yamlcfg.Map, dir string) *Path {
+	p := &Path{Line: pm.Line()}
+	p.Name = pm.String("name", "")
+	switch {
+	case p.Name == "":
+		pm.Errorf("name", "every path needs a name")
+	case !nameRE.MatchString(p.Name):
+		pm.Errorf("name", "%q is not a valid path name (lower-case letters, digits and '-', starting with a letter, at most 15 characters: it names network devices)", p.Name)
+	}
+	p.Backup = pm.Bool("backup", false)
+	via := pm.Enum("via", "", "core")
+	p.ViaCore = via == "core"
+	both := ParsePatch(pm, dir)
+	p.Up = both.Apply(linkemu.Params{})
+	p.Down = p.Up
+	if up := pm.Map("up"); up != nil {
+		p.Up = ParsePatch(up, dir).Apply(p.Up)
+		up.Done()
+	}
+	if down := pm.Map("down"); down != nil {
+		p.Down = ParsePatch(down, dir).Apply(p.Down)
+		down.Done()
+	}
+	pm.Done()
+	return p
+}
+
+func parseCore(c *yamlcfg.Map, dir string) *Core {
+	n := c.Int("links", 0, 1, MaxCoreLinks)
+	if n == 0 {
+		c.Errorf("links", "a core needs links: the number of parallel links (1 to %d)", MaxCoreLinks)
+	}
+	def := ParsePatch(c, dir).Apply(linkemu.Params{})
+	core := &Core{}
+	for i := 0; i < n; i++ {
+		core.Links = append(core.Links, CoreLink{Up: def, Down: def})
+	}
+	// Per-link overrides: overrides: [{link: 2, rate: 10mbit}, …]
+	for _, it := range c.List("overrides") {
+		if it.Map == nil {
+			c.ErrorAt(it.Node, it.Path, "an override is a mapping such as {link: 1, rate: 10mbit}")
+			continue
+		}
+		i := it.Map.Int("link", -1, 0, n-1)
+		patch := ParsePatch(it.Map, dir)
+		it.Map.Done()
+		if i >= 0 && i < n {
+			core.Links[i].Up = patch.Apply(core.Links[i].Up)
+			core.Links[i].Down = patch.Apply(core.Links[i].Down)
+		}
+	}
+	c.Done()
+	return core
+}
+
+// Patch is a partial change of link parameters: what a path definition,
+// an event or `lab set` says. Nil fields are left alone.
+type Patch struct {
+	Rate         *units.Rate
+	Trace        *linkemu.Trace
+	ClearTrace   bool
+	Delay        *time.Duration
+	Jitter       *time.Duration
+	Loss         *units.Fraction
+	QueueBytes   *units.Size
+	QueuePackets *int
+	Outages      []linkemu.Outage
+	SetOutages   bool
+}
+
+// Keys that a link accepts.
+var PatchKeys = []string{"rate", "trace", "delay", "jitter", "loss", "queue", "outage"}
+
+// ParsePatch reads the link keys present in m (others are left for the
+// caller). Trace files are resolved relative to dir.
+func ParsePatch(m *yamlcfg.Map, dir string) Patch {
+	var p Patch
+	if m.Has("rate") {
+		r := m.Rate("rate", 0)
+		if r == 0 {
+			m.Errorf("rate", "must be above 0bit (leave rate out for an unlimited link)")
+		}
+		p.Rate = &r
+		p.ClearTrace = true
+	}
+	if m.Has("trace") {
+		f := m.String("trace", "")
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(dir, f)
+		}
+		tr, err := linkemu.ReadTrace(f)
+		if err != nil {
+			if os.IsNotExist(unwrapPath(err)) {
+				m.Errorf("trace", "trace file %s does not exist", f)
+			} else {
+				m.Errorf("trace", "%v", err)
+			}
+		} else {
+			p.Trace = tr
+		}
+		if p.Rate != nil {
+			m.Errorf("trace", "give either rate or trace, not both")
+		}
+	}
+	if m.Has("delay") {
+		d := m.Duration("delay", 0)
+		p.Delay = &d
+	}
+	if m.Has("jitter") {
+		d := m.Duration("jitter", 0)
+		p.Jitter = &d
+	}
+	if m.Has("loss") {
+		f := m.Fraction("loss", 0)
+		p.Loss = &f
+	}
+	if m.Has("queue") {
+		s := m.String("queue", "")
+		if n, ok := parsePackets(s); ok {
+			if n <= 0 {
+				m.Errorf("queue", "must hold at least 1 packet")
+			}
+			p.QueuePackets = &n
+			zero := units.Size(0)
+			p.QueueBytes = &zero
+		} else {
+			b, err := units.ParseSize(s)
+			if err != nil {
+				m.Errorf("queue", "%q is not a queue size (write bytes such as 64KiB or packets such as 100pkt)", s)
+			} else if b < 1500 {
+				m.Errorf("queue", "%s cannot hold one full-size packet (1500B)", b)
+			}
+			p.QueueBytes = &b
+		}
+	}
+	if m.Has("outage") {
+		p.SetOutages = true
+		for _, it := range m.List("outage") {
+			if it.Map == nil {
+				m.ErrorAt(it.Node, it.Path, "an outage is a mapping such as {at: 5s, for: 5s, every: 10s}")
+				continue
+			}
+			o := linkemu.Outage{
+				At:    it.Map.Duration("at", 0),
+				For:   it.Map.Duration("for", 0),
+				Every: it.Map.Duration("every", 0),
+			}
+			if o.For <= 0 {
+				it.Map.Errorf("for", "an outage needs a length above 0s")
+			}
+			if o.Every > 0 && o.Every <= o.For {
+				it.Map.Errorf("every", "%v is not longer than the outage itself (%v)", o.Every, o.For)
+			}
+			it.Map.Done()
+			p.Outages = append(p.Outages, o)
+		}
+	}
+	return p
+}
+
+func unwrapPath(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		err = u.Unwrap()
+	}
+}
+
+func parsePackets(s string) (int, bool) {
+	for _, suf := range []string{"packets", "packet", "pkts", "pkt", "p"} {
+		if strings.HasSuffix(s, suf) {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(s, suf)))
+			if err != nil {
+				return 0, false
+			}
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// Apply returns p changed by the patch.
+func (pt Patch) Apply(p linkemu.Params) linkemu.Params {
+	if pt.Rate != nil {
+		p.Rate = *pt.Rate
+	}
+	if pt.ClearTrace {
+		p.Trace = nil
+	}
+	if pt.Trace != nil {
+		p.Trace = pt.Trace
+		p.Rate = 0
+	}
+	if pt.Delay != nil {
+		p.Delay = *pt.Delay
+	}
+	if pt.Jitter != nil {
+		p.Jitter = *pt.Jitter
+	}
+	if pt.Loss != nil {
+		p.Loss = *pt.Loss
+	}
+	if pt.QueueBytes != nil {
+		p.QueueBytes = *pt.QueueBytes
+	}
+	if pt.QueuePackets != nil {
+		p.QueuePackets = *pt.QueuePackets
+	}
+	if pt.SetOutages {
+		p.Outages = pt.Outages
+	}
+	return p
+}
+
+// Empty reports whether the patch changes nothing.
+func (pt Patch) Empty() bool {
+	return pt.Rate == nil && pt.Trace == nil && pt.Delay == nil && pt.Jitter == nil &&
+		pt.Loss == nil && pt.QueueBytes == nil && pt.QueuePackets == nil && !pt.SetOutages
+}
+
+func parseTraffic(t *yamlcfg.Map, paths map[string]bool) Traffic {
+	tr := Traffic{Line: t.Line()}
+	tr.Kind = TrafficKind(t.Enum("type", "", string(Bulk), string(Flows), string(UDPFlood)))
+	if tr.Kind == "" && !t.Has("type") {
+		t.Errorf("type", "every traffic entry needs a type (valid: bulk, flows, udp-flood)")
+	}
+	tr.Start = t.Duration("start", 0)
+	switch tr.Kind {
+	case Bulk:
+		tr.Duration = t.Duration("duration", 0)
+		tr.Size = t.Size("size", 0)
+		if tr.Duration == 0 && tr.Size == 0 {
+			t.Errorf("duration", "a bulk transfer needs a duration, a size, or both (it stops at the first reached)")
+		}
+		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
+	case Flows:
+		for _, s := range t.Strings("sizes") {
+			sz, err := units.ParseSize(s)
+			if err != nil {
+				t.Errorf("sizes", "%v", err)
+				continue
+			}
+			if sz <= 0 {
+				t.Errorf("sizes", "flow sizes must be above 0B")
+			}
+			tr.Sizes = append(tr.Sizes, sz)
+		}
+		if len(tr.Sizes) == 0 {
+			t.Errorf("sizes", "short flows need a list of sizes, e.g. [10KiB, 100KiB, 1MiB]")
+		}
+		for _, w := range t.Strings("weights") {
+			f, err := strconv.ParseFloat(w, 64)
+			if err != nil || f < 0 {
+				t.Errorf("weights", "%q is not a weight (a number 0 or above)", w)
+			}
+			tr.Weights = append(tr.Weights, f)
+		}
+		if len(tr.Weights) > 0 && len(tr.Weights) != len(tr.Sizes) {
+			t.Errorf("weights", "%d weights for %d sizes", len(tr.Weights), len(tr.Sizes))
+		}
+		tr.Count = t.Int("count", 10, 1, 1000000)
+		tr.Interval = t.Duration("interval", 100*time.Millisecond)
+		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
+	case UDPFlood:
+		tr.Path = t.String("path", "")
+		if !paths[tr.Path] {
+			t.Errorf("path", "%q is not a path of this scenario", tr.Path)
+		}
+		tr.Start = t.Duration("from", tr.Start)
+		tr.Stop = t.Duration("to", 0)
+		if tr.Stop <= tr.Start {
+			t.Errorf("to", "the flood must end (to) after it starts (from)")
+		}
+		tr.Rate = t.Rate("rate", 0)
+		if tr.Rate == 0 {
+			t.Errorf("rate", "a UDP flood needs a rate, e.g. 400mbit")
+		}
+		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
+	}
+	t.Done()
+	return tr
+}
+
+func parseEvents(m *yamlcfg.Map, key string, paths map[string]bool, dir string) []Event {
+	var out []Event
+	for _, it := range m.List(key) {
+		if it.Map == nil {
+			m.ErrorAt(it.Node, it.Path, "an event is a mapping such as {at: 5s, path: bad, action: remove}")
+			continue
+		}
+		e := it.Map
+		ev := Event{Line: e.Line()}
+		ev.At = e.Duration("at", 0)
+		if !e.Has("at") {
+			e.Errorf("at", "every event needs a time (at: 5s)")
+		}
+		ev.Path = e.String("path", "")
+		if !paths[ev.Path] {
+			e.Errorf("path", "%q is not a path of this scenario", ev.Path)
+		}
+		ev.Action = Action(e.Enum("action", "", string(ActSet), string(ActDown), string(ActUp), string(ActRemove)))
+		ev.Dir = Dir(e.Enum("dir", string(DirBoth), string(DirBoth), string(DirUp), string(DirDown)))
+		if set := e.Map("set"); set != nil {
+			ev.Patch = ParsePatch(set, dir)
+			set.Done()
+			if ev.Action == "" {
+				ev.Action = ActSet
+			}
+		}
+		switch {
+		case ev.Action == "":
+			e.Errorf("action", "every event needs an action (valid: set, down, up, remove)")
+		case ev.Action == ActSet && ev.Patch.Empty():
+			e.Errorf("set", "a set event needs the keys to change, e.g. set: {rate: 10mbit}")
+		}
+		e.Done()
+		out = append(out, ev)
+	}
+	return out
+}
+
+func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, paths map[string]bool, dir string) *Variant {
+	v := &Variant{Line: it.Node.Line}
+	if it.Map == nil {
+		// Short form: "tcp" or "mptcp".
+		switch it.Scalar {
+		case "tcp":
+			v.Name, v.Kind = "tcp", KindTCP
+		case "mptcp":
+			v.Name, v.Kind = "mptcp", KindMPTCP
+		default:
+			m.ErrorAt(it.Node, it.Path, "%q: a variant given by name alone must be tcp or mptcp; others need a mapping with name and kind", it.Scalar)
+			return nil
+		}
+		return v
+	}
+	vm := it.Map
+	v.Name = vm.String("name", "")
+	if v.Name == "" {
+		vm.Errorf("name", "every variant needs a name")
+	} else if !regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*$`).MatchString(v.Name) {
+		vm.Errorf("name", "%q is not a valid variant name (letters, digits, '+', '.', '_', '-'; it names a directory)", v.Name)
+	}
+	def := string(KindMPTCP)
+	if v.Name == "tcp" {
+		def = string(KindTCP)
+	}
+	v.Kind = VariantKind(vm.Enum("kind", def, string(KindTCP), string(KindMPTCP)))
+	if p := vm.String("path", ""); p != "" {
+		if !paths[p] {
+			vm.Errorf("path", "%q is not a path of this scenario", p)
+		}
+		v.Paths = []string{p}
+	}
+	if vm.Has("paths") {
+		if v.Paths != nil {
+			vm.Errorf("paths", "give either path or paths, not both")
+		}
+		for _, p := range vm.Strings("paths") {
+			if !paths[p] {
+				vm.Errorf("paths", "%q is not a path of this scenario", p)
+			}
+			v.Paths = append(v.Paths, p)
+		}
+	}
+	if v.Kind == KindTCP && len(v.Paths) > 1 {
+		vm.Errorf("paths", "a tcp variant runs over one path")
+	}
+	if d := vm.Map("daemon"); d != nil {
+		v.Daemon = map[string][]byte{}
+		for _, host := range []string{"client", "server"} {
+			if !d.Has(host) {
+				continue
+			}
+			hm := d.Map(host)
+			if hm == nil {
+				continue
+			}
+			if DaemonConfigCheck != nil {
+				DaemonConfigCheck(hm)
+			}
+			node := nodeOf(d, host)
+			data, err := yaml.Marshal(node)
+			if err != nil {
+				d.Errorf(host, "cannot re-encode the daemon config: %v", err)
+			}
+			v.Daemon[host] = data
+		}
+		d.Done()
+	}
+	v.Events = parseEvents(vm, "events", paths, dir)
+	vm.Done()
+	return v
+}
+
+// nodeOf digs out the raw node under key so that a daemon config can be
+// handed on verbatim.
+func nodeOf(m *yamlcfg.Map, key string) *yaml.Node {
+	raw := yamlcfg.RawNode(m, key)
+	if raw == nil {
+		return &yaml.Node{Kind: yaml.MappingNode}
+	}
+	return raw
+}
+
+func fillVariantPaths(v *Variant, s *Scenario) {
+	if len(v.Paths) > 0 {
+		return
+	}
+	if v.Kind == KindTCP {
+		if len(s.Paths) > 0 {
+			v.Paths = []string{s.Paths[0].Name}
+		}
+		return
+	}
+	for _, p := range s.Paths {
+		v.Paths = append(v.Paths, p.Name)
+	}
+}
+
+// Path returns the path with this name.
+func (s *Scenario) Path(name string) *Path {
+	for _, p := range s.Paths {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Variant returns the variant with this name.
+func (s *Scenario) Variant(name string) *Variant {
+	for _, v := range s.Variants {
+		if v.Name == name {
+			return v
+		}
+	}
+	return nil
+}
+
+// Duration is how long the scenario's traffic runs (the latest end of a
+// time-bound generator, or of an event).
+func (s *Scenario) Duration() time.Duration {
+	var d time.Duration
+	for _, t := range s.Traffic {
+		d = max(d, t.End())
+	}
+	return d
+}
+
+func (s *Scenario) String() string {
+	return fmt.Sprintf("%s (%d paths, %d variants)", s.Name, len(s.Paths), len(s.Variants))
+}

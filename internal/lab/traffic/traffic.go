@@ -1,0 +1,397 @@
+// Package traffic generates lab traffic between two network namespaces:
+// bulk transfers, short flows with flow completion times, UDP floods, and
+// UDP echo probes. Sockets are made inside the namespaces (and stay there);
+// the work itself runs in this process, so that the runner can read byte
+// counters directly every 100 ms.
+package traffic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"mpsteer/internal/monoclock"
+	"mpsteer/internal/netnsutil"
+)
+
+// Now is the clock all lab measurements share (see monoclock).
+func Now() time.Duration { return monoclock.Now() }
+
+// Proto is the transport protocol of a generator.
+type Proto string
+
+const (
+	TCP   Proto = "tcp"
+	MPTCP Proto = "mptcp"
+)
+
+// Meter counts application bytes received.
+type Meter struct {
+	bytes atomic.Int64
+	first atomic.Int64 // ns of the first byte, 0 = none yet
+	last  atomic.Int64 // ns of the latest byte
+}
+
+func (m *Meter) add(n int) {
+	if n <= 0 {
+		return
+	}
+	now := int64(Now())
+	m.first.CompareAndSwap(0, now)
+	m.last.Store(now)
+	m.bytes.Add(int64(n))
+}
+
+// Bytes is the count so far.
+func (m *Meter) Bytes() int64 { return m.bytes.Load() }
+
+// Span is when the first and the latest byte arrived.
+func (m *Meter) Span() (time.Duration, time.Duration) {
+	return time.Duration(m.first.Load()), time.Duration(m.last.Load())
+}
+
+func listen(ns string, addr netip.AddrPort, proto Proto) (net.Listener, error) {
+	var ln net.Listener
+	err := netnsutil.Do(ns, func() error {
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(proto == MPTCP)
+		var err error
+		ln, err = lc.Listen(context.Background(), "tcp", addr.String())
+		return err
+	})
+	return ln, err
+}
+
+func dial(ctx context.Context, ns string, addr netip.AddrPort, proto Proto) (net.Conn, error) {
+	var c net.Conn
+	err := netnsutil.Do(ns, func() error {
+		d := net.Dialer{Timeout: 10 * time.Second}
+		d.SetMultipathTCP(proto == MPTCP)
+		var err error
+		c, err = d.DialContext(ctx, "tcp", addr.String())
+		return err
+	})
+	return c, err
+}
+
+// IsMPTCP reports whether a connection really uses MPTCP (it may have
+// fallen back to TCP).
+func IsMPTCP(c net.Conn) bool {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	used, err := tc.MultipathTCP()
+	return err == nil && used
+}
+
+// Bulk is one long transfer.
+type Bulk struct {
+	ClientNS, ServerNS string
+	Server             netip.AddrPort
+	Proto              Proto
+	Upload             bool // client → server
+	Duration           time.Duration
+	Size               int64
+	// Meter counts what the receiving application read.
+	Meter Meter
+}
+
+// BulkResult describes a finished transfer.
+type BulkResult struct {
+	Start    time.Duration // when the connection was opened
+	Bytes    int64
+	LastByte time.Duration
+	MPTCP    bool // the connection did use MPTCP
+}
+
+// Run performs the transfer. It returns when the receiver has read
+// everything the sender wrote, or ctx ends.
+func (b *Bulk) Run(ctx context.Context) (BulkResult, error) {
+	var res BulkResult
+	ln, err := listen(b.ServerNS, b.Server, b.Proto)
+	if err != nil {
+		return res, fmt.Errorf("bulk: listen on %s: %w", b.Server, err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	acceptErr := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			acceptErr <- err
+			return
+		}
+		accepted <- c
+	}()
+	res.Start = Now()
+	cc, err := dial(ctx, b.ClientNS, b.Server, b.Proto)
+	if err != nil {
+		return res, fmt.Errorf("bulk: connect to %s: %w", b.Server, err)
+	}
+	defer cc.Close()
+	var sc net.Conn
+	select {
+	case sc = <-accepted:
+	case err := <-acceptErr:
+		return res, fmt.Errorf("bulk: accept: %w", err)
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	defer sc.Close()
+	res.MPTCP = IsMPTCP(cc)
+	src, dst := cc, sc
+	if !b.Upload {
+		src, dst = sc, cc
+	}
+	// Closing both ends when ctx ends unblocks the reader and the writer.
+	stop := context.AfterFunc(ctx, func() { cc.Close(); sc.Close() })
+	defer stop()
+
+	var wg sync.WaitGroup
+	var sendErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sendErr = send(src, b.Duration, b.Size)
+		if tc, ok := src.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+	}()
+	recvErr := receive(dst, &b.Meter)
+	wg.Wait()
+	res.Bytes = b.Meter.Bytes()
+	_, res.LastByte = b.Meter.Span()
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, errors.Join(sendErr, recvErr)
+}
+
+var zeros = make([]byte, 256<<10)
+
+// send writes until d has passed or size bytes are out (0 = no limit).
+func send(c net.Conn, d time.Duration, size int64) error {
+	var deadline time.Time
+	if d > 0 {
+		deadline = time.Now().Add(d)
+		c.SetWriteDeadline(deadline)
+	}
+	var sent int64
+	for {
+		chunk := zeros
+		if size > 0 {
+			if left := size - sent; left < int64(len(chunk)) {
+				chunk = chunk[:left]
+			}
+			if len(chunk) == 0 {
+				return nil
+			}
+		}
+		n, err := c.Write(chunk)
+		sent += int64(n)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil // the duration is over
+			}
+			return fmt.Errorf("send: %w", err)
+		}
+	}
+}
+
+func receive(c net.Conn, m *Meter) error {
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := c.Read(buf)
+		m.add(n)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+	}
+}
+
+// Flows opens short connections one after another and measures how long
+// each takes to complete.
+type Flows struct {
+	ClientNS, ServerNS string
+	Server             netip.AddrPort
+	Proto              Proto
+	Upload             bool
+	Sizes              []int64
+	Weights            []float64
+	Count              int
+	Interval           time.Duration
+	Seed               uint64
+	Meter              Meter
+}
+
+// FlowResult is one completed (or failed) flow.
+type FlowResult struct {
+	Start time.Duration `json:"start_ns"`
+	Size  int64         `json:"size_bytes"`
+	FCT   time.Duration `json:"fct_ns"`
+	Err   string        `json:"error,omitempty"`
+}
+
+// Run starts Count flows, one every Interval (each in its own goroutine so
+// that a slow flow does not delay the next start), and waits for all.
+func (f *Flows) Run(ctx context.Context) ([]FlowResult, error) {
+	ln, err := listen(f.ServerNS, f.Server, f.Proto)
+	if err != nil {
+		return nil, fmt.Errorf("flows: listen on %s: %w", f.Server, err)
+	}
+	defer ln.Close()
+	go f.serve(ln)
+	rng := rand.New(rand.NewPCG(f.Seed, 7))
+	results := make([]FlowResult, f.Count)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(f.Interval)
+	defer tick.Stop()
+	for i := 0; i < f.Count; i++ {
+		size := pick(rng, f.Sizes, f.Weights)
+		wg.Add(1)
+		go func(i int, size int64) {
+			defer wg.Done()
+			results[i] = f.one(ctx, size)
+		}(i, size)
+		if i+1 < f.Count {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				wg.Wait()
+				return results[:i+1], ctx.Err()
+			}
+		}
+	}
+	wg.Wait()
+	return results, nil
+}
+
+func pick(rng *rand.Rand, sizes []int64, weights []float64) int64 {
+	if len(weights) != len(sizes) {
+		return sizes[rng.IntN(len(sizes))]
+	}
+	total := 0.0
+	for _, w := range weights {
+		total += w
+	}
+	x := rng.Float64() * total
+	for i, w := range weights {
+		if x < w {
+			return sizes[i]
+		}
+		x -= w
+	}
+	return sizes[len(sizes)-1]
+}
+
+// Wire protocol of one flow: the client sends an 8-byte header (size,
+// high bit = download). Upload: the client then sends size bytes and waits
+// for a 1-byte acknowledgement. Download: the server sends size bytes.
+func (f *Flows) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func(c net.Conn) {
+			defer c.Close()
+			var hdr [8]byte
+			if _, err := io.ReadFull(c, hdr[:]); err != nil {
+				return
+			}
+			v := beUint64(hdr[:])
+			size, down := int64(v&^(1<<63)), v&(1<<63) != 0
+			if down {
+				send(c, 0, size)
+				return
+			}
+			buf := make([]byte, 64<<10)
+			var got int64
+			for got < size {
+				n, err := c.Read(buf)
+				got += int64(n)
+				f.Meter.add(n)
+				if err != nil {
+					return
+				}
+			}
+			c.Write([]byte{1})
+		}(c)
+	}
+}
+
+func (f *Flows) one(ctx context.Context, size int64) FlowResult {
+	r := FlowResult{Start: Now(), Size: size}
+	fail := func(err error) FlowResult {
+		r.Err = err.Error()
+		r.FCT = Now() - r.Start
+		return r
+	}
+	c, err := dial(ctx, f.ClientNS, f.Server, f.Proto)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	v := uint64(size)
+	if !f.Upload {
+		v |= 1 << 63
+	}
+	var hdr [8]byte
+	putBeUint64(hdr[:], v)
+	if _, err := c.Write(hdr[:]); err != nil {
+		return fail(err)
+	}
+	if f.Upload {
+		if err := send(c, 0, size); err != nil {
+			return fail(err)
+		}
+		var ack [1]byte
+		if _, err := io.ReadFull(c, ack[:]); err != nil {
+			return fail(err)
+		}
+	} else {
+		buf := make([]byte, 64<<10)
+		var got int64
+		for got < size {
+			n, err := c.Read(buf)
+			got += int64(n)
+			f.Meter.add(n)
+			if err != nil {
+				if got < size {
+					return fail(fmt.Errorf("flow ended after %d of %d bytes: %w", got, size, err))
+				}
+			}
+		}
+	}
+	r.FCT = Now() - r.Start
+	return r
+}
+
+func beUint64(b []byte) uint64 {
+	var v uint64
+	for _, x := range b[:8] {
+		v = v<<8 | uint64(x)
+	}
+	return v
+}
+
+func putBeUint64(b []byte, v uint64) {
+	for i := 7; i >= 0; i-- {
+		b[i] = byte(v)
+		v >>= 8
+	}
+}

@@ -1,0 +1,194 @@
+// Package netnsutil runs work inside named network namespaces (the
+// /run/netns convention of iproute2, so `ip netns exec` works on them too).
+//
+// Linux binds a network namespace to a thread, not a process: Do locks the
+// calling goroutine to its OS thread, switches, runs fn and switches back.
+// Sockets created inside fn stay in that namespace for their whole life.
+package netnsutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Dir is where iproute2 keeps named namespaces.
+const Dir = "/run/netns"
+
+// Create makes a new named namespace. It fails if the name exists.
+func Create(name string) error {
+	if Exists(name) {
+		return fmt.Errorf("network namespace %q already exists", name)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	h, err := netns.NewNamed(name)
+	if err != nil {
+		// NewNamed may have switched before failing.
+		_ = netns.Set(orig)
+		return fmt.Errorf("create network namespace %q: %w", name, err)
+	}
+	h.Close()
+	if err := netns.Set(orig); err != nil {
+		// A thread stuck in the wrong namespace must not be reused.
+		runtime.UnlockOSThread()
+		panic(fmt.Sprintf("cannot return to the original network namespace: %v", err))
+	}
+	// Loopback is down in a new namespace; almost everything wants it up.
+	return Do(name, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	})
+}
+
+// Exists reports whether a named namespace exists.
+func Exists(name string) bool {
+	_, err := os.Stat(filepath.Join(Dir, name))
+	return err == nil
+}
+
+// Delete removes a named namespace (a no-op if it is gone).
+func Delete(name string) error {
+	if !Exists(name) {
+		return nil
+	}
+	if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("delete network namespace %q: %w", name, err)
+	}
+	return nil
+}
+
+// List returns named namespaces whose names start with prefix.
+func List(prefix string) ([]string, error) {
+	ents, err := os.ReadDir(Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// Open returns a handle (file descriptor) for a named namespace.
+func Open(name string) (netns.NsHandle, error) {
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return h, fmt.Errorf("open network namespace %q: %w", name, err)
+	}
+	return h, nil
+}
+
+// Do runs fn with the calling thread inside namespace name.
+func Do(name string, fn func() error) error {
+	target, err := Open(name)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	return DoHandle(target, fn)
+}
+
+// DoHandle is Do for an already open namespace handle.
+func DoHandle(target netns.NsHandle, fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	if err := netns.Set(target); err != nil {
+		return fmt.Errorf("enter network namespace: %w", err)
+	}
+	ferr := fn()
+	if err := netns.Set(orig); err != nil {
+		runtime.UnlockOSThread()
+		panic(fmt.Sprintf("cannot return to the original network namespace: %v", err))
+	}
+	return ferr
+}
+
+// Sysctl writes a per-namespace sysctl such as "net/ipv4/ip_forward".
+func Sysctl(name, key, value string) error {
+	return Do(name, func() error { return WriteSysctl(key, value) })
+}
+
+// WriteSysctl writes a sysctl in the calling thread's namespace.
+func WriteSysctl(key, value string) error {
+	p := filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
+	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", key, value, err)
+	}
+	return nil
+}
+
+// ReadSysctl reads a sysctl in the calling thread's namespace.
+func ReadSysctl(key string) (string, error) {
+	p := filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
+	b, err := os.ReadFile(p)
+	return strings.TrimSpace(string(b)), err
+}
+
+// Netlink returns an rtnetlink handle bound to the namespace.
+func Netlink(name string) (*netlink.Handle, error) {
+	h, err := Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	nh, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in %q: %w", name, err)
+	}
+	return nh, nil
+}
+
+// PIDs lists processes whose network namespace is name, the same way
+// `ip netns pids` does: by comparing /proc/PID/ns/net with the bind mount.
+func PIDs(name string) ([]int, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(filepath.Join(Dir, name), &want); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid <= 0 {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) != nil {
+			continue
+		}
+		if st.Dev == want.Dev && st.Ino == want.Ino {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}

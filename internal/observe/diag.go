@@ -1,0 +1,353 @@
+// Package observe turns kernel state into plain values: MPTCP connections
+// and their TCP subflows, sampled from sock_diag (inet_diag), and kept
+// current between samples by the path manager's event group.
+package observe
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"time"
+	"unsafe"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Subflow is one TCP subflow of an MPTCP connection, as the kernel sees it.
+type Subflow struct {
+	Local, Remote netip.AddrPort
+	// Token is the local token of the MPTCP connection (groups subflows).
+	Token       uint32
+	RemoteToken uint32
+	LocalID     uint8
+	RemoteID    uint8
+	// BackupLocal: this host asked the peer not to use the subflow
+	// (request_bkup, BKUP_LOC). BackupRemote: the peer asked this host not
+	// to (backup, BKUP_REM). The kernel's scheduler avoids the subflow for
+	// sending when either is set.
+	BackupLocal  bool
+	BackupRemote bool
+	MPFlags      uint32
+	State        uint8
+	CC           string
+	SRTT         time.Duration
+	RTTVar       time.Duration
+	MinRTT       time.Duration
+	RTO          time.Duration
+	Backoff      uint8
+	Cwnd         uint32 // segments
+	Ssthresh     uint32
+	MSS          uint32 // bytes (snd_mss)
+	PacingRate   uint64 // bytes/s
+	DeliveryRate uint64 // bytes/s
+	BytesSent    uint64
+	BytesAcked   uint64
+	BytesRecv    uint64
+	BytesRetrans uint64
+	TotalRetrans uint32 // segments retransmitted over the lifetime
+	Lost         uint32
+	Unacked      uint32
+	LastDataSent time.Duration // since the last data was sent
+	Cookie       uint64        // kernel socket cookie: stable identity
+	// MPTCP is false for a plain TCP socket (returned by TCP only).
+	MPTCP bool
+}
+
+// Key identifies a subflow across samples.
+func (s Subflow) Key() string { return s.Local.String() + "-" + s.Remote.String() }
+
+// Backup reports whether the local sender treats the subflow as backup.
+func (s Subflow) Backup() bool { return s.BackupLocal || s.BackupRemote }
+
+// ThroughputEstimate is cwnd·MSS/SRTT in bytes per second (0 if unknown):
+// the metric of the dynamic threshold scheduler.
+func (s Subflow) ThroughputEstimate() float64 {
+	if s.SRTT <= 0 {
+		return 0
+	}
+	return float64(s.Cwnd) * float64(s.MSS) / s.SRTT.Seconds()
+}
+
+// Conn is one MPTCP connection (the MPTCP socket).
+type Conn struct {
+	Local, Remote netip.AddrPort
+	Token         uint32
+	Subflows      uint8 // extra subflows (besides the initial one)
+	SubflowsTotal uint8
+	Fallback      bool // fell back to plain TCP
+	BytesSent     uint64
+	BytesAcked    uint64
+	BytesRecv     uint64
+	BytesRetrans  uint64
+	Retransmits   uint32
+	State         uint8
+}
+
+// MPTCP subflow flags (MPTCP_SUBFLOW_FLAG_*).
+const (
+	FlagMCapRem   = 0x1
+	FlagMCapLoc   = 0x2
+	FlagJoinRem   = 0x4
+	FlagJoinLoc   = 0x8
+	FlagBkupRem   = 0x10
+	FlagBkupLoc   = 0x20
+	FlagFullyEst  = 0x40
+	FlagConnected = 0x80
+	FlagMapValid  = 0x100
+)
+
+const (
+	inetDiagInfo        = 2
+	inetDiagCong        = 4
+	inetDiagULPInfo     = 19
+	inetDiagReqProtocol = 3
+	ulpInfoName         = 1
+	ulpInfoMPTCP        = 3
+	sfAttrTokenRem      = 1
+	sfAttrTokenLoc      = 2
+	sfAttrFlags         = 8
+	sfAttrIDRem         = 9
+	sfAttrIDLoc         = 10
+	ipprotoMPTCP        = 262
+	tcpListen           = 10
+	tcpClose            = 7
+	diagMsgLen          = 72
+	diagReqLen          = 56
+)
+
+// Sampler reads sockets of one network namespace.
+type Sampler struct {
+	c *netlink.Conn
+}
+
+// NewSampler opens a sock_diag socket in the namespace given by the open
+// file descriptor netnsFD (0 = the caller's namespace).
+func NewSampler(netnsFD int) (*Sampler, error) {
+	c, err := netlink.Dial(unix.NETLINK_INET_DIAG, &netlink.Config{NetNS: netnsFD})
+	if err != nil {
+		return nil, fmt.Errorf("sock_diag: %w", err)
+	}
+	// Dumps of thousands of sockets arrive in bursts.
+	_ = c.SetReadBuffer(8 << 20)
+	return &Sampler{c: c}, nil
+}
+
+// Close releases the socket.
+func (s *Sampler) Close() error { return s.c.Close() }
+
+func diagRequest(family uint8, ext uint8, states uint32, mptcp bool) []byte {
+	b := make([]byte, diagReqLen, diagReqLen+8)
+	b[0] = family
+	b[1] = unix.IPPROTO_TCP
+	b[2] = ext
+	binary.NativeEndian.PutUint32(b[4:], states)
+	if mptcp {
+		// sdiag_protocol is a byte; larger protocols go in an attribute.
+		b = append(b, 8, 0, inetDiagReqProtocol, 0, 0, 0, 0, 0)
+		binary.NativeEndian.PutUint32(b[diagReqLen+4:], ipprotoMPTCP)
+	}
+	return b
+}
+
+func (s *Sampler) dump(req []byte) ([]netlink.Message, error) {
+	return s.c.Execute(netlink.Message{
+		Header: netlink.Header{Type: unix.SOCK_DIAG_BY_FAMILY, Flags: netlink.Request | netlink.Dump},
+		Data:   req,
+	})
+}
+
+// allButListen selects every TCP state except LISTEN and CLOSE.
+const allButListen = ^uint32(0) &^ (1 << tcpListen) &^ (1 << tcpClose)
+
+// Subflows returns every TCP socket that carries MPTCP (a subflow), IPv4
+// and IPv6.
+func (s *Sampler) Subflows() ([]Subflow, error) {
+	all, err := s.TCP()
+	out := all[:0]
+	for _, sf := range all {
+		if sf.MPTCP {
+			out = append(out, sf)
+		}
+	}
+	return out, err
+}
+
+// TCP returns every TCP socket that is not listening, MPTCP subflows and
+// plain TCP alike.
+func (s *Sampler) TCP() ([]Subflow, error) {
+	var out []Subflow
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		msgs, err := s.dump(diagRequest(fam, 1<<(inetDiagInfo-1)|1<<(inetDiagCong-1), allButListen, false))
+		if err != nil {
+			return nil, fmt.Errorf("sock_diag dump (tcp): %w", err)
+		}
+		for _, m := range msgs {
+			if sf, ok := parseSubflow(m.Data); ok {
+				out = append(out, sf)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Conns returns every MPTCP socket that is not listening.
+func (s *Sampler) Conns() ([]Conn, error) {
+	var out []Conn
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		msgs, err := s.dump(diagRequest(fam, 1<<(inetDiagInfo-1), allButListen, true))
+		if err != nil {
+			return nil, fmt.Errorf("sock_diag dump (mptcp): %w", err)
+		}
+		for _, m := range msgs {
+			if c, ok := parseConn(m.Data); ok {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+func parseAddrs(b []byte) (netip.AddrPort, netip.AddrPort) {
+	family := b[0]
+	sport := binary.BigEndian.Uint16(b[4:])
+	dport := binary.BigEndian.Uint16(b[6:])
+	var src, dst netip.Addr
+	if family == unix.AF_INET {
+		src = netip.AddrFrom4([4]byte(b[8:12]))
+		dst = netip.AddrFrom4([4]byte(b[24:28]))
+	} else {
+		src = netip.AddrFrom16([16]byte(b[8:24])).Unmap()
+		dst = netip.AddrFrom16([16]byte(b[24:40])).Unmap()
+	}
+	return netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport)
+}
+
+// parseSubflow decodes an inet_diag_msg with its attributes; MPTCP tells
+// subflows from plain TCP sockets.
+func parseSubflow(b []byte) (Subflow, bool) {
+	var sf Subflow
+	if len(b) < diagMsgLen {
+		return sf, false
+	}
+	sf.State = b[1]
+	sf.Local, sf.Remote = parseAddrs(b)
+	sf.Cookie = uint64(binary.NativeEndian.Uint32(b[44:])) | uint64(binary.NativeEndian.Uint32(b[48:]))<<32
+	isMPTCP := false
+	ad, err := netlink.NewAttributeDecoder(b[diagMsgLen:])
+	if err != nil {
+		return sf, false
+	}
+	for ad.Next() {
+		switch ad.Type() {
+		case inetDiagInfo:
+			fillTCPInfo(&sf, ad.Bytes())
+		case inetDiagCong:
+			sf.CC = ad.String()
+		case inetDiagULPInfo:
+			ad.Nested(func(nad *netlink.AttributeDecoder) error {
+				for nad.Next() {
+					switch nad.Type() {
+					case ulpInfoName:
+						isMPTCP = nad.String() == "mptcp"
+					case ulpInfoMPTCP:
+						nad.Nested(func(mad *netlink.AttributeDecoder) error {
+							for mad.Next() {
+								switch mad.Type() {
+								case sfAttrTokenLoc:
+									sf.Token = mad.Uint32()
+								case sfAttrTokenRem:
+									sf.RemoteToken = mad.Uint32()
+								case sfAttrFlags:
+									sf.MPFlags = mad.Uint32()
+								case sfAttrIDLoc:
+									sf.LocalID = mad.Uint8()
+								case sfAttrIDRem:
+									sf.RemoteID = mad.Uint8()
+								}
+							}
+							return nil
+						})
+					}
+				}
+				return nil
+			})
+		}
+	}
+	sf.BackupLocal = sf.MPFlags&FlagBkupLoc != 0
+	sf.BackupRemote = sf.MPFlags&FlagBkupRem != 0
+	sf.MPTCP = isMPTCP
+	return sf, ad.Err() == nil
+}
+
+func fillTCPInfo(sf *Subflow, b []byte) {
+	var ti unix.TCPInfo
+	n := min(len(b), int(unsafe.Sizeof(ti)))
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&ti)), unsafe.Sizeof(ti))[:n], b[:n])
+	sf.SRTT = time.Duration(ti.Rtt) * time.Microsecond
+	sf.RTTVar = time.Duration(ti.Rttvar) * time.Microsecond
+	sf.MinRTT = time.Duration(ti.Min_rtt) * time.Microsecond
+	sf.RTO = time.Duration(ti.Rto) * time.Microsecond
+	sf.Backoff = ti.Backoff
+	sf.Cwnd = ti.Snd_cwnd
+	sf.Ssthresh = ti.Snd_ssthresh
+	sf.MSS = ti.Snd_mss
+	sf.PacingRate = ti.Pacing_rate
+	sf.DeliveryRate = ti.Delivery_rate
+	sf.BytesSent = ti.Bytes_sent
+	sf.BytesAcked = ti.Bytes_acked
+	sf.BytesRecv = ti.Bytes_received
+	sf.BytesRetrans = ti.Bytes_retrans
+	sf.TotalRetrans = ti.Total_retrans
+	sf.Lost = ti.Lost
+	sf.Unacked = ti.Unacked
+	sf.LastDataSent = time.Duration(ti.Last_data_sent) * time.Millisecond
+}
+
+// mptcp_info offsets (struct mptcp_info, 96 bytes in 6.18).
+const (
+	miSubflows      = 0
+	miFlags         = 8
+	miToken         = 12
+	miRetransmits   = 44
+	miBytesRetrans  = 48
+	miBytesSent     = 56
+	miBytesReceived = 64
+	miBytesAcked    = 72
+	miSubflowsTotal = 80
+	miFallback      = 1
+)
+
+func parseConn(b []byte) (Conn, bool) {
+	var c Conn
+	if len(b) < diagMsgLen {
+		return c, false
+	}
+	c.State = b[1]
+	c.Local, c.Remote = parseAddrs(b)
+	ad, err := netlink.NewAttributeDecoder(b[diagMsgLen:])
+	if err != nil {
+		return c, false
+	}
+	for ad.Next() {
+		if ad.Type() != inetDiagInfo {
+			continue
+		}
+		mi := ad.Bytes()
+		if len(mi) < miBytesAcked+8 {
+			continue
+		}
+		c.Subflows = mi[miSubflows]
+		c.Fallback = binary.NativeEndian.Uint32(mi[miFlags:])&miFallback != 0
+		c.Token = binary.NativeEndian.Uint32(mi[miToken:])
+		c.Retransmits = binary.NativeEndian.Uint32(mi[miRetransmits:])
+		c.BytesRetrans = binary.NativeEndian.Uint64(mi[miBytesRetrans:])
+		c.BytesSent = binary.NativeEndian.Uint64(mi[miBytesSent:])
+		c.BytesRecv = binary.NativeEndian.Uint64(mi[miBytesReceived:])
+		c.BytesAcked = binary.NativeEndian.Uint64(mi[miBytesAcked:])
+		if len(mi) > miSubflowsTotal {
+			c.SubflowsTotal = mi[miSubflowsTotal]
+		}
+	}
+	return c, ad.Err() == nil
+}

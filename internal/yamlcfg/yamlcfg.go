@@ -1,0 +1,393 @@
+// Package yamlcfg decodes YAML strictly, so that every mistake in a scenario
+// or config file is reported with its file, line and key path, and with what
+// would have been valid. Unknown keys are errors, never silently ignored.
+//
+// A caller walks the document with Map accessors; each accessor records the
+// key as known. Done reports the keys nobody asked for.
+package yamlcfg
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"mpsteer/internal/units"
+)
+
+// Errors collects every problem found in one document.
+type Errors struct {
+	list []error
+}
+
+func (e *Errors) add(err error) { e.list = append(e.list, err) }
+
+// Err returns nil or all problems joined, one per line.
+func (e *Errors) Err() error {
+	if len(e.list) == 0 {
+		return nil
+	}
+	return errors.Join(e.list...)
+}
+
+// Map is one YAML mapping, with the path that leads to it.
+type Map struct {
+	file  string
+	path  string
+	node  *yaml.Node
+	known map[string]bool
+	errs  *Errors
+}
+
+// ParseFile reads and parses a YAML file. The returned Map is the document's
+// top-level mapping; an empty file gives an empty mapping.
+func ParseFile(file string) (*Map, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(file, data)
+}
+
+// Parse parses YAML text that came from file (used in messages only).
+func Parse(file string, data []byte) (*Map, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %v", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	errs := &Errors{}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		empty := &yaml.Node{Kind: yaml.MappingNode, Line: 1}
+		return &Map{file: file, node: empty, known: map[string]bool{}, errs: errs}, nil
+	}
+	root := resolve(doc.Content[0])
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: the document must be a mapping of keys to values", file, root.Line)
+	}
+	return &Map{file: file, node: root, known: map[string]bool{}, errs: errs}, nil
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+// File is the file name the map came from.
+func (m *Map) File() string { return m.file }
+
+// Path is the key path of this map ("" at the top).
+func (m *Map) Path() string { return m.path }
+
+// Line is the line where the mapping starts.
+func (m *Map) Line() int { return m.node.Line }
+
+// Errs gives access to the shared error list, for callers that validate
+// relations between keys.
+func (m *Map) Errs() *Errors { return m.errs }
+
+// Err returns every problem recorded so far in this document.
+func (m *Map) Err() error { return m.errs.Err() }
+
+func (m *Map) keyPath(key string) string {
+	if m.path == "" {
+		return key
+	}
+	return m.path + "." + key
+}
+
+// Errorf records a problem with key (which may be "" for the map itself).
+func (m *Map) Errorf(key string, format string, args ...any) {
+	line := m.node.Line
+	if _, v := m.lookup(key); v != nil {
+		line = v.Line
+	}
+	where := m.path
+	if key != "" {
+		where = m.keyPath(key)
+	}
+	if where == "" {
+		where = "(top level)"
+	}
+	m.errs.add(fmt.Errorf("%s:%d: %s: %s", m.file, line, where, fmt.Sprintf(format, args...)))
+}
+
+// ErrorAt records a problem at a node that is not a key of a map (a list item).
+func (m *Map) ErrorAt(n *yaml.Node, path string, format string, args ...any) {
+	m.errs.add(fmt.Errorf("%s:%d: %s: %s", m.file, n.Line, path, fmt.Sprintf(format, args...)))
+}
+
+func (m *Map) lookup(key string) (*yaml.Node, *yaml.Node) {
+	c := m.node.Content
+	for i := 0; i+1 < len(c); i += 2 {
+		if c[i].Value == key {
+			return c[i], resolve(c[i+1])
+		}
+	}
+	return nil, nil
+}
+
+// Has reports whether key is present (and marks it known).
+func (m *Map) Has(key string) bool {
+	m.known[key] = true
+	_, v := m.lookup(key)
+	return v != nil
+}
+
+// Keys lists the keys present, in file order.
+func (m *Map) Keys() []string {
+	var ks []string
+	c := m.node.Content
+	for i := 0; i+1 < len(c); i += 2 {
+		ks = append(ks, c[i].Value)
+	}
+	return ks
+}
+
+func (m *Map) scalar(key string) (string, bool) {
+	m.known[key] = true
+	_, v := m.lookup(key)
+	if v == nil {
+		return "", false
+	}
+	if v.Kind != yaml.ScalarNode {
+		m.Errorf(key, "must be a single value, not a %s", kindName(v))
+		return "", false
+	}
+	return v.Value, true
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	default:
+		return "value"
+	}
+}
+
+// String returns the value of key, or def when absent.
+func (m *Map) String(key, def string) string {
+	if s, ok := m.scalar(key); ok {
+		return s
+	}
+	return def
+}
+
+// Enum returns key's value, which must be one of valid; def when absent.
+func (m *Map) Enum(key, def string, valid ...string) string {
+	s, ok := m.scalar(key)
+	if !ok {
+		return def
+	}
+	for _, v := range valid {
+		if s == v {
+			return s
+		}
+	}
+	m.Errorf(key, "%q is not valid (valid: %s)", s, strings.Join(valid, ", "))
+	return def
+}
+
+// Bool reads true/false.
+func (m *Map) Bool(key string, def bool) bool {
+	s, ok := m.scalar(key)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		m.Errorf(key, "%q is not valid (valid: true, false)", s)
+		return def
+	}
+	return b
+}
+
+// Int reads a whole number within [min, max].
+func (m *Map) Int(key string, def, min, max int) int {
+	s, ok := m.scalar(key)
+	if !ok {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < min || v > max {
+		m.Errorf(key, "%q is not valid (a whole number from %d to %d)", s, min, max)
+		return def
+	}
+	return v
+}
+
+// Float reads a plain number within [min, max].
+func (m *Map) Float(key string, def, min, max float64) float64 {
+	s, ok := m.scalar(key)
+	if !ok {
+		return def
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < min || v > max {
+		m.Errorf(key, "%q is not valid (a number from %g to %g)", s, min, max)
+		return def
+	}
+	return v
+}
+
+// Duration reads a value such as 10ms.
+func (m *Map) Duration(key string, def time.Duration) time.Duration {
+	s, ok := m.scalar(key)
+	if !ok {
+		return def
+	}
+	d, err := units.ParseDuration(s)
+	if err != nil {
+		m.Errorf(key, "%v", err)
+		return def
+	}
+	return d
+}
+
+// Rate reads a value such as 400mbit.
+func (m *Map) Rate(key string, def units.Rate) units.Rate {
+	s, ok := m.scalar(key)
+	if !ok {
+		return def
+	}
+	r, err := units.ParseRate(s)
+	if err != nil {
+		m.Errorf(key, "%v", err)
+		return def
+	}
+	return r
+}
+
+// Size reads a value such as 256KiB.
+func (m *Map) Size(key string, def units.Size) units.Size {
+	s, ok := m.scalar(key)
+	if !ok {
+		return def
+	}
+	v, err := units.ParseSize(s)
+	if err != nil {
+		m.Errorf(key, "%v", err)
+		return def
+	}
+	return v
+}
+
+// Fraction reads a percentage such as 1%.
+func (m *Map) Fraction(key string, def units.Fraction) units.Fraction {
+	s, ok := m.scalar(key)
+	if !ok {
+		return def
+	}
+	f, err := units.ParseFraction(s)
+	if err != nil {
+		m.Errorf(key, "%v", err)
+		return def
+	}
+	return f
+}
+
+// Map returns the mapping under key, or nil when absent.
+func (m *Map) Map(key string) *Map {
+	m.known[key] = true
+	_, v := m.lookup(key)
+	if v == nil {
+		return nil
+	}
+	if v.Kind != yaml.MappingNode {
+		m.Errorf(key, "must be a mapping of keys to values, not a %s", kindName(v))
+		return nil
+	}
+	return &Map{file: m.file, path: m.keyPath(key), node: v, known: map[string]bool{}, errs: m.errs}
+}
+
+// Item is one element of a list: either a scalar or a mapping.
+type Item struct {
+	Path   string
+	Node   *yaml.Node
+	Map    *Map   // set when the element is a mapping
+	Scalar string // set when the element is a scalar
+}
+
+// List returns the elements of the list under key. A single mapping or
+// scalar where a list is expected is accepted as a one-element list, which
+// keeps short files short ("outage: {at: 5s, for: 5s}").
+func (m *Map) List(key string) []Item {
+	m.known[key] = true
+	_, v := m.lookup(key)
+	if v == nil {
+		return nil
+	}
+	var elems []*yaml.Node
+	if v.Kind == yaml.SequenceNode {
+		elems = v.Content
+	} else {
+		elems = []*yaml.Node{v}
+	}
+	items := make([]Item, 0, len(elems))
+	for i, e := range elems {
+		e = resolve(e)
+		p := fmt.Sprintf("%s[%d]", m.keyPath(key), i)
+		it := Item{Path: p, Node: e}
+		switch e.Kind {
+		case yaml.MappingNode:
+			it.Map = &Map{file: m.file, path: p, node: e, known: map[string]bool{}, errs: m.errs}
+		case yaml.ScalarNode:
+			it.Scalar = e.Value
+		default:
+			m.ErrorAt(e, p, "must be a value or a mapping, not a nested list")
+			continue
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+// Strings returns a list of scalars.
+func (m *Map) Strings(key string) []string {
+	var out []string
+	for _, it := range m.List(key) {
+		if it.Map != nil {
+			m.ErrorAt(it.Node, it.Path, "must be a single value, not a mapping")
+			continue
+		}
+		out = append(out, it.Scalar)
+	}
+	return out
+}
+
+// Done reports every key of the mapping that no accessor asked for.
+func (m *Map) Done() {
+	if m == nil {
+		return
+	}
+	var valid []string
+	for k := range m.known {
+		valid = append(valid, k)
+	}
+	sort.Strings(valid)
+	c := m.node.Content
+	for i := 0; i+1 < len(c); i += 2 {
+		k := c[i].Value
+		if !m.known[k] {
+			where := m.keyPath(k)
+			m.errs.add(fmt.Errorf("%s:%d: %s: unknown key %q (valid here: %s)", m.file, c[i].Line, where, k, strings.Join(valid, ", ")))
+		}
+	}
+}
+
+// RawNode returns the node under key (marking it known), for callers that
+// hand a sub-document on verbatim.
+func RawNode(m *Map, key string) *yaml.Node {
+	m.known[key] = true
+	_, v := m.lookup(key)
+	return v
+}
