@@ -347,3 +347,59 @@ func humanBytes(n int64) string {
 
 // VariantDir is where a variant's files go.
 func VariantDir(out, variant string) string { return filepath.Join(out, variant) }
+
+// CrossTable renders one value per scenario (rows) and variant (columns):
+// goodput_mbit, or a metric of the summaries (its name carries its unit).
+func CrossTable(rows [][]*Summary, variants []string, metric string) string {
+	var b strings.Builder
+	b.WriteString("| scenario |")
+	for _, v := range variants {
+		fmt.Fprintf(&b, " %s |", v)
+	}
+	b.WriteString("\n|---|")
+	for range variants {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, sums := range rows {
+		if len(sums) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s |", sums[0].Scenario)
+		for _, v := range variants {
+			cell := " – |"
+			for _, s := range sums {
+				if s.Variant != v {
+					continue
+				}
+				if metric == "" || metric == "goodput_mbit" {
+					cell = fmt.Sprintf(" %.1f |", s.GoodputMbit)
+				} else if val, ok := s.Metrics[metric]; ok {
+					cell = fmt.Sprintf(" %.1f |", val)
+				}
+			}
+			b.WriteString(cell)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// GoodputBetween is the application goodput (Mbit/s) between two times,
+// from the samples nearest to them.
+func GoodputBetween(samples []recorder.Sample, from, to time.Duration) (float64, bool) {
+	var a, b *recorder.Sample
+	for i := range samples {
+		s := &samples[i]
+		if a == nil && s.T >= from {
+			a = s
+		}
+		if s.T <= to {
+			b = s
+		}
+	}
+	if a == nil || b == nil || b.T-a.T < 200*time.Millisecond {
+		return 0, false
+	}
+	return float64(b.AppBytes-a.AppBytes) * 8 / 1e6 / (b.T - a.T).Seconds(), true
+}

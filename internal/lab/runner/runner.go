@@ -437,6 +437,16 @@ func (r *variantRun) summarize(samples []recorder.Sample) *report.Summary {
 			sum.GoodputMbit = float64(b.Bytes) * 8 / 1e6 / sum.DurationS
 		}
 	}
+	if n := len(r.events); n > 0 && r.bulk != nil {
+		// What the transfer achieved once the last event had settled (1 s).
+		from := time.Duration((r.events[n-1].AtS + 1) * float64(time.Second))
+		if g, ok := report.GoodputBetween(samples, from, r.bulk.LastByte-r.t0); ok {
+			sum.Metrics["goodput_after_last_event_mbit"] = g
+		}
+		if g, ok := report.GoodputBetween(samples, 0, time.Duration(r.events[0].AtS*float64(time.Second))); ok {
+			sum.Metrics["goodput_before_first_event_mbit"] = g
+		}
+	}
 	if len(r.flows) > 0 {
 		fs := &report.FlowsSummary{Count: len(r.flows), BySize: map[string]report.Percentiles{}}
 		var all []time.Duration

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"mpsteer/internal/lab/report"
+)
+
+func init() { extraLabCommands = append(extraLabCommands, labTableCmd) }
+
+func labTableCmd() *cobra.Command {
+	var metric string
+	c := &cobra.Command{
+		Use:   "table DIR...",
+		Short: "Print one Markdown table of a value (default goodput_mbit) per scenario and variant from lab run outputs",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var rows [][]*report.Summary
+			var variants []string
+			seen := map[string]bool{}
+			for _, dir := range args {
+				data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+				if err != nil {
+					return fmt.Errorf("%s: %w (is it a lab run output directory?)", dir, err)
+				}
+				var sums []*report.Summary
+				if err := json.Unmarshal(data, &sums); err != nil {
+					return fmt.Errorf("%s: %w", dir, err)
+				}
+				for _, s := range sums {
+					if !seen[s.Variant] {
+						seen[s.Variant] = true
+						variants = append(variants, s.Variant)
+					}
+				}
+				rows = append(rows, sums)
+			}
+			fmt.Printf("Values: %s\n\n", metric)
+			fmt.Print(report.CrossTable(rows, variants, metric))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&metric, "metric", "goodput_mbit", "goodput_mbit or a key of a summary's metrics (e.g. goodput_after_last_event_mbit)")
+	return c
+}
+
