@@ -49,6 +49,8 @@ type Subflow struct {
 	Lost         uint32
 	Unacked      uint32
 	LastDataSent time.Duration // since the last data was sent
+	LastAckRecv  time.Duration // since the last ACK arrived
+	CAState      uint8         // congestion-avoidance state (4 = loss recovery after an RTO)
 	Cookie       uint64        // kernel socket cookie: stable identity
 	// MPTCP is false for a plain TCP socket (returned by TCP only).
 	MPTCP bool
@@ -302,6 +304,8 @@ func fillTCPInfo(sf *Subflow, b []byte) {
 	sf.Lost = ti.Lost
 	sf.Unacked = ti.Unacked
 	sf.LastDataSent = time.Duration(ti.Last_data_sent) * time.Millisecond
+	sf.LastAckRecv = time.Duration(ti.Last_ack_recv) * time.Millisecond
+	sf.CAState = ti.Ca_state
 }
 
 // mptcp_info offsets (struct mptcp_info, 96 bytes in 6.18).

@@ -67,6 +67,7 @@ const (
 	afInet           = unix.AF_INET
 	afInet6          = unix.AF_INET6
 	nlmFlagsDoAck    = netlink.Request | netlink.Acknowledge
+	nlmFlagsDoGet    = netlink.Request // replies carry data instead of an ack
 	nlmFlagsDumpReq  = netlink.Request | netlink.Dump
 	maxEndpointFlags = FlagSignal | FlagSubflow | FlagBackup | FlagFullmesh | FlagImplicit | FlagLaminar
 )
@@ -355,7 +356,7 @@ func onlyIfNoID(e Endpoint) netip.Addr {
 
 // GetEndpoint returns the endpoint with this id.
 func (c *Client) GetEndpoint(id uint8) (Endpoint, error) {
-	msgs, err := c.exec(cmdGetAddr, nlmFlagsDoAck, func(ae *netlink.AttributeEncoder) {
+	msgs, err := c.exec(cmdGetAddr, nlmFlagsDoGet, func(ae *netlink.AttributeEncoder) {
 		encodeAddr(ae, attrAddr, Endpoint{ID: id}, false)
 	})
 	if err != nil {
@@ -394,7 +395,7 @@ func (c *Client) SetLimits(l Limits) error {
 
 // Limits reads the limits.
 func (c *Client) Limits() (Limits, error) {
-	msgs, err := c.exec(cmdGetLimits, nlmFlagsDoAck, nil)
+	msgs, err := c.exec(cmdGetLimits, nlmFlagsDoGet, nil)
 	if err != nil {
 		return Limits{}, err
 	}
@@ -441,8 +442,9 @@ func (c *Client) SetSubflowFlags(token uint32, local, remote netip.AddrPort, fla
 }
 
 // Announce makes the userspace path manager send ADD_ADDR for e on the
-// connection with this token.
+// connection with this token (the kernel wants the signal flag on it).
 func (c *Client) Announce(token uint32, e Endpoint) error {
+	e.Flags |= FlagSignal
 	_, err := c.exec(cmdAnnounce, nlmFlagsDoAck, func(ae *netlink.AttributeEncoder) {
 		ae.Uint32(attrToken, token)
 		encodeAddr(ae, attrAddr, e, true)

@@ -75,7 +75,7 @@ func (r *Recorder) Take(t time.Duration, appBytes int64) (Sample, error) {
 var SubflowHeader = []string{"time_s", "host", "path", "local", "remote", "mptcp", "token", "local_id", "remote_id",
 	"backup_local", "backup_remote", "state", "cc", "srtt_ms", "min_rtt_ms", "rto_ms", "cwnd_pkts", "mss_bytes",
 	"pacing_rate_mbit", "delivery_rate_mbit", "bytes_sent", "bytes_acked", "bytes_received", "bytes_retrans",
-	"retransmits_total"}
+	"retransmits_total", "unacked_pkts", "last_ack_recv_ms", "backoff", "ca_state"}
 
 // WriteSubflowsCSV writes every socket of every sample, one row each.
 // pathOf names the path of a socket (by its client-side address).
@@ -104,7 +104,8 @@ func WriteSubflowsCSV(file string, samples []Sample, pathOf func(host string, sf
 					strconv.FormatBool(sf.BackupLocal), strconv.FormatBool(sf.BackupRemote), u(uint64(sf.State)), sf.CC,
 					ms(sf.SRTT), ms(sf.MinRTT), ms(sf.RTO), u(uint64(sf.Cwnd)), u(uint64(sf.MSS)),
 					mbit(sf.PacingRate), mbit(sf.DeliveryRate), u(sf.BytesSent), u(sf.BytesAcked), u(sf.BytesRecv),
-					u(sf.BytesRetrans), u(uint64(sf.TotalRetrans)),
+					u(sf.BytesRetrans), u(uint64(sf.TotalRetrans)), u(uint64(sf.Unacked)), ms(sf.LastAckRecv),
+					u(uint64(sf.Backoff)), u(uint64(sf.CAState)),
 				})
 			}
 		}

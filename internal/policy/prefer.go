@@ -1,0 +1,305 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"mpsteer/internal/observe"
+	"mpsteer/internal/yamlcfg"
+)
+
+// Prefer is the user's path preference (paper: user-controlled subflow
+// selection). The user names preferred paths, by interface or address, in
+// order. While a preferred subflow is viable, data goes only there and
+// every other subflow is backup. A preferred subflow is deactivated when
+// its RTT exceeds δ = k·min SRTT over the connection's subflows, or when it
+// stalls (data outstanding and no ACK for longer than δ, or a
+// retransmission timeout pending). While deactivated it is probed: a
+// stalled subflow by TCP's own retransmissions (capped by RTOMax), a slow
+// one by a short window as a regular subflow every ProbeInterval, so that
+// it comes back as soon as it is viable again.
+type Prefer struct {
+	mu            sync.Mutex
+	targets       []string
+	K             float64
+	ProbeInterval time.Duration
+	ProbeWindow   time.Duration
+	RTOMax        time.Duration
+	env           Env
+	conns         map[uint32]*preferConn
+	status        PreferStatus
+}
+
+type preferConn struct {
+	active     bool
+	chosen     SubflowID
+	since      time.Time
+	nextProbe  time.Time
+	probeUntil time.Time
+	switches   int
+}
+
+// PreferStatus explains the policy's state.
+type PreferStatus struct {
+	Targets  []string            `json:"targets"`
+	Resolved map[string][]string `json:"resolved"`
+	K        float64             `json:"k"`
+	Conns    []PreferConnStatus  `json:"connections"`
+}
+
+// PreferConnStatus is one connection's state.
+type PreferConnStatus struct {
+	Token     string   `json:"token"`
+	State     string   `json:"state"` // preferred, deactivated, no-preferred-subflow
+	Chosen    string   `json:"chosen,omitempty"`
+	DeltaMs   float64  `json:"delta_ms"`
+	Switches  int      `json:"switches"`
+	Subflows  []string `json:"subflows"`
+	ProbeLeft string   `json:"probe,omitempty"`
+}
+
+var ifaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
+
+func init() {
+	Register("prefer", func(m *yamlcfg.Map, env Env) Policy {
+		p := NewPrefer(env)
+		for _, t := range m.Strings("paths") {
+			if err := checkTarget(t); err != nil {
+				m.Errorf("paths", "%v", err)
+			}
+			p.targets = append(p.targets, t)
+		}
+		p.K = m.Float("k", p.K, 1, 100)
+		p.ProbeInterval = m.Duration("probe_interval", p.ProbeInterval)
+		p.ProbeWindow = m.Duration("probe_window", p.ProbeWindow)
+		p.RTOMax = m.Duration("rto_max", p.RTOMax)
+		if p.RTOMax != 0 && (p.RTOMax < time.Second || p.RTOMax > 120*time.Second) {
+			m.Errorf("rto_max", "%v is outside what the kernel accepts for TCP_RTO_MAX_MS (1s to 120s; 0s keeps the default)", p.RTOMax)
+		}
+		if p.ProbeInterval <= 0 {
+			m.Errorf("probe_interval", "must be above 0s")
+		}
+		return p
+	})
+}
+
+func checkTarget(t string) error {
+	if _, err := netip.ParseAddr(t); err == nil {
+		return nil
+	}
+	if !ifaceRE.MatchString(t) {
+		return fmt.Errorf("%q is neither an IP address nor an interface name", t)
+	}
+	return nil
+}
+
+// NewPrefer makes the policy with the paper's defaults (k = 2).
+func NewPrefer(env Env) *Prefer {
+	return &Prefer{K: 2, ProbeInterval: time.Second, ProbeWindow: 100 * time.Millisecond, RTOMax: time.Second,
+		env: env, conns: map[uint32]*preferConn{}}
+}
+
+// Name is "prefer".
+func (p *Prefer) Name() string { return "prefer" }
+
+// SetTargets replaces the user's hint (nil = no preference).
+func (p *Prefer) SetTargets(targets []string) error {
+	for _, t := range targets {
+		if err := checkTarget(t); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.targets = append([]string(nil), targets...)
+	return nil
+}
+
+// Targets returns the current hint.
+func (p *Prefer) Targets() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.targets...)
+}
+
+// ranks resolves the targets to local addresses and their rank (0 = most
+// preferred). Interfaces are resolved on every call: addresses come and go.
+func (p *Prefer) ranks() (map[netip.Addr]int, map[string][]string) {
+	rank := map[netip.Addr]int{}
+	resolved := map[string][]string{}
+	for i, t := range p.targets {
+		var addrs []netip.Addr
+		if a, err := netip.ParseAddr(t); err == nil {
+			addrs = []netip.Addr{a.Unmap()}
+		} else if p.env.Addrs != nil {
+			addrs, _ = p.env.Addrs(t)
+		}
+		for _, a := range addrs {
+			if _, seen := rank[a]; !seen {
+				rank[a] = i
+			}
+			resolved[t] = append(resolved[t], a.String())
+		}
+	}
+	return rank, resolved
+}
+
+// Requirements caps the RTO of subflows on preferred addresses.
+func (p *Prefer) Requirements() Requirements {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := Requirements{RTOMax: map[netip.Addr]time.Duration{}}
+	if p.RTOMax <= 0 {
+		return r
+	}
+	rank, _ := p.ranks()
+	for a := range rank {
+		r.RTOMax[a] = p.RTOMax
+	}
+	return r
+}
+
+// viability of one subflow against δ.
+func (p *Prefer) viable(sf observe.Subflow, delta time.Duration) (ok, stalled bool, why string) {
+	rtt := sf.SRTT
+	if sf.Unacked > 0 && sf.LastAckRecv > rtt {
+		rtt = sf.LastAckRecv // waiting this long for an ACK: the RTT is at least this
+	}
+	switch {
+	case sf.Backoff > 0 || sf.CAState == 4:
+		return false, true, fmt.Sprintf("retransmission timeout pending (backoff %d)", sf.Backoff)
+	case sf.Unacked > 0 && sf.LastAckRecv > delta:
+		return false, true, fmt.Sprintf("no ACK for %s with data outstanding > δ %s", fmtMs(sf.LastAckRecv), fmtMs(delta))
+	case rtt > delta:
+		return false, false, fmt.Sprintf("srtt %s > δ %s", fmtMs(rtt), fmtMs(delta))
+	}
+	return true, false, fmt.Sprintf("srtt %s ≤ δ %s", fmtMs(rtt), fmtMs(delta))
+}
+
+// Decide implements the preference for every connection.
+func (p *Prefer) Decide(s *Snapshot) []Decision {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rank, resolved := p.ranks()
+	st := PreferStatus{Targets: append([]string(nil), p.targets...), Resolved: resolved, K: p.K}
+	defer func() { p.status = st }()
+	seen := map[uint32]bool{}
+	var out []Decision
+	for _, c := range s.Conns {
+		seen[c.Token] = true
+		cs := PreferConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
+		out = append(out, p.decideConn(s.Now, c, rank, &cs)...)
+		st.Conns = append(st.Conns, cs)
+	}
+	for tok := range p.conns {
+		if !seen[tok] {
+			delete(p.conns, tok)
+		}
+	}
+	return out
+}
+
+func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs *PreferConnStatus) []Decision {
+	var pref []observe.Subflow
+	var minRTT time.Duration
+	for _, sf := range c.Subflows {
+		if _, ok := rank[sf.Local.Addr()]; ok {
+			pref = append(pref, sf)
+		}
+		if sf.SRTT > 0 && (minRTT == 0 || sf.SRTT < minRTT) {
+			minRTT = sf.SRTT
+		}
+	}
+	if len(rank) == 0 || len(pref) == 0 {
+		cs.State = "no-preferred-subflow"
+		return nil
+	}
+	sort.SliceStable(pref, func(i, j int) bool { return rank[pref[i].Local.Addr()] < rank[pref[j].Local.Addr()] })
+	st := p.conns[c.Token]
+	if st == nil {
+		st = &preferConn{since: now}
+		p.conns[c.Token] = st
+	}
+	delta := time.Duration(p.K * float64(minRTT))
+	cs.DeltaMs = float64(delta) / 1e6
+
+	var chosen *observe.Subflow
+	stalled := map[SubflowID]bool{}
+	for i := range pref {
+		ok, stall, why := p.viable(pref[i], delta)
+		cs.Subflows = append(cs.Subflows, fmt.Sprintf("%s preferred #%d: %s", ID(pref[i]), rank[pref[i].Local.Addr()]+1, why))
+		stalled[ID(pref[i])] = stall
+		if ok && chosen == nil {
+			chosen = &pref[i]
+		}
+	}
+
+	var out []Decision
+	decide := func(sf observe.Subflow, backup bool, reason string) {
+		out = append(out, Decision{Token: c.Token, Subflow: ID(sf), Backup: backup, Reason: reason})
+	}
+	if chosen != nil {
+		if !st.active || st.chosen != ID(*chosen) {
+			st.active, st.chosen, st.since = true, ID(*chosen), now
+			st.switches++
+		}
+		cs.State, cs.Chosen, cs.Switches = "preferred", ID(*chosen).String(), st.switches
+		for _, sf := range c.Subflows {
+			if ID(sf) == ID(*chosen) {
+				decide(sf, false, "preferred path viable: carries the data")
+			} else {
+				decide(sf, true, "backup while preferred subflow "+ID(*chosen).String()+" is viable")
+			}
+		}
+		return out
+	}
+
+	// No preferred subflow is viable: the kernel's default behaviour, but
+	// the preferred subflows are kept as backups between probe windows.
+	if st.active || st.since.IsZero() || st.nextProbe.IsZero() {
+		if st.active {
+			st.switches++
+		}
+		st.active, st.since = false, now
+		st.nextProbe = now.Add(p.ProbeInterval)
+	}
+	cs.State, cs.Switches = "deactivated", st.switches
+	probing := now.Before(st.probeUntil)
+	if !probing && !now.Before(st.nextProbe) {
+		window := p.ProbeWindow
+		for _, sf := range pref {
+			window = max(window, 2*sf.SRTT)
+		}
+		st.probeUntil = now.Add(window)
+		st.nextProbe = st.probeUntil.Add(p.ProbeInterval)
+		probing = true
+	}
+	if probing {
+		cs.ProbeLeft = fmtMs(st.probeUntil.Sub(now))
+	}
+	for _, sf := range c.Subflows {
+		_, isPref := rank[sf.Local.Addr()]
+		switch {
+		case !isPref:
+			decide(sf, false, "no preferred subflow is viable: kernel default")
+		case stalled[ID(sf)]:
+			decide(sf, true, "deactivated (stalled): TCP retransmissions probe it")
+		case probing:
+			decide(sf, false, "deactivated: probe window")
+		default:
+			decide(sf, true, "deactivated: RTT above δ; next probe in "+fmtMs(st.nextProbe.Sub(now)))
+		}
+	}
+	return out
+}
+
+// Status reports the last decisions.
+func (p *Prefer) Status() any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
