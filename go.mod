@@ -30,3 +30,5 @@ require (
 	gonum.org/v1/plot v0.17.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
+
+tool github.com/cilium/ebpf/cmd/bpf2go

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"mpsteer/internal/api"
+	"mpsteer/internal/daemon"
+	"mpsteer/internal/lab/scenario"
+)
+
+func init() {
+	extraCommands = append(extraCommands, daemonCmd, statusCmd, preferCmd, policyCmd)
+	// A scenario's daemon variants are checked when the scenario loads.
+	scenario.DaemonConfigCheck = daemon.CheckConfig
+}
+
+func socketFlag(c *cobra.Command, p *string) {
+	c.Flags().StringVar(p, "socket", api.DefaultSocket, "the daemon's unix socket")
+}
+
+func daemonCmd() *cobra.Command {
+	var config, socket string
+	c := &cobra.Command{
+		Use:   "daemon --config FILE [--socket PATH]",
+		Short: "Run the policy daemon in the foreground (one per network namespace)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if os.Geteuid() != 0 {
+				return errors.New("the daemon needs root (path-manager netlink, BPF)")
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			return daemon.Run(ctx, daemon.Options{ConfigFile: config, Socket: socket})
+		},
+	}
+	c.Flags().StringVar(&config, "config", "", "YAML config (policies: [] is valid)")
+	c.MarkFlagRequired("config")
+	socketFlag(c, &socket)
+	return c
+}
+
+func statusCmd() *cobra.Command {
+	var socket string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Show connections, subflows, and what each policy decided and why",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := api.NewClient(socket).Status()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(st)
+			}
+			printStatus(st)
+			return nil
+		},
+	}
+	socketFlag(c, &socket)
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func printStatus(st *api.Status) {
+	fmt.Printf("daemon pid %d in netns %s, config %s, backup via %s, every %.0f ms\n", st.PID, st.NetNS, st.Config, st.BackupVia, st.IntervalMs)
+	if len(st.Hint) > 0 {
+		fmt.Printf("user preference: %s\n", strings.Join(st.Hint, ", then "))
+	}
+	var names []string
+	for _, p := range st.Policies {
+		names = append(names, p.Name)
+	}
+	fmt.Printf("policies: %s\n", strings.Join(names, ", "))
+	if len(st.Connections) == 0 {
+		fmt.Println("no MPTCP connections")
+	}
+	for _, c := range st.Connections {
+		fmt.Printf("connection %s\n", c.Token)
+		for _, s := range c.Subflows {
+			flags := ""
+			if s.BackupLocal {
+				flags += " backup(local)"
+			}
+			if s.BackupRemote {
+				flags += " backup(peer)"
+			}
+			fmt.Printf("  %s → %s  id %d/%d  srtt %.1f ms  cwnd %d pkts  delivery %.1f Mbit/s  acked %d B%s\n",
+				s.Local, s.Remote, s.LocalID, s.RemoteID, s.SRTTMs, s.Cwnd, s.DeliveryMbit, s.BytesAcked, flags)
+			if s.Decision != nil {
+				verdict := "active"
+				if s.Decision.Backup {
+					verdict = "backup"
+				}
+				fmt.Printf("      %s: %s — %s\n", s.Decision.Policy, verdict, s.Decision.Reason)
+			}
+		}
+	}
+	if st.Reaction.Count > 0 {
+		fmt.Printf("reaction to new subflows: %d, median %.0f µs, p99 %.0f µs\n", st.Reaction.Count, st.Reaction.MedianUs, st.Reaction.P99Us)
+	}
+	if n := len(st.Actions); n > 0 {
+		fmt.Println("recent actions:")
+		for _, raw := range st.Actions[max(0, n-5):] {
+			var a daemon.Action
+			json.Unmarshal(raw, &a)
+			line := fmt.Sprintf("  %s %s", a.At.Format("15:04:05.000"), a.What)
+			if a.Error != "" {
+				line += " FAILED: " + a.Error
+			}
+			fmt.Println(line)
+		}
+	}
+}
+
+func preferCmd() *cobra.Command {
+	var socket string
+	var clear bool
+	c := &cobra.Command{
+		Use:   "prefer IFACE|ADDR... | --clear",
+		Short: "Set the user's path preference at run time (turns the prefer policy on)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if clear == (len(args) > 0) {
+				return errors.New("name the interfaces or addresses to prefer, in order, or use --clear")
+			}
+			r, err := api.NewClient(socket).Prefer(api.PreferRequest{Targets: args, Clear: clear})
+			if err != nil {
+				return err
+			}
+			fmt.Println(r.Message)
+			return nil
+		},
+	}
+	socketFlag(c, &socket)
+	c.Flags().BoolVar(&clear, "clear", false, "take the preference back")
+	return c
+}
+
+func policyCmd() *cobra.Command {
+	c := &cobra.Command{Use: "policy", Short: "Manage the daemon's policies"}
+	var socket string
+	apply := &cobra.Command{
+		Use:   "apply FILE",
+		Short: "Replace the daemon's policies with those of FILE, without touching live connections",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			// Checked here first, so that errors name the file on this side.
+			if _, err := daemon.ParseConfig(args[0], data, daemon.Env()); err != nil {
+				return err
+			}
+			r, err := api.NewClient(socket).Apply(api.ApplyRequest{File: args[0], Config: string(data)})
+			if err != nil {
+				return err
+			}
+			fmt.Println(r.Message)
+			return nil
+		},
+	}
+	socketFlag(apply, &socket)
+	c.AddCommand(apply)
+	return c
+}

@@ -1,0 +1,83 @@
+// Package daemon wires mpsteer together in one network namespace:
+// observe (inet_diag samples and path-manager events) → policies →
+// actuators (path-manager netlink, BPF), with a unix-socket API and
+// config reload. It fails open: on a clean exit it undoes its changes, and
+// what it changes never stops MPTCP from working if it is killed.
+package daemon
+
+import (
+	"time"
+
+	"mpsteer/internal/policy"
+	"mpsteer/internal/yamlcfg"
+)
+
+// Config is the daemon's YAML config.
+type Config struct {
+	File      string
+	Interval  time.Duration
+	BackupVia string // auto, endpoint, subflow
+	Policies  []policy.Policy
+	Chains    []*yamlcfg.Map // handled by the datapath (raw, validated there)
+	raw       []byte
+}
+
+// ChainHook validates and keeps chain entries; the datapath installs it.
+var ChainHook func(m *yamlcfg.Map)
+
+// ParseConfig reads a config; every problem names file, line and key.
+func ParseConfig(file string, data []byte, env policy.Env) (*Config, error) {
+	m, err := yamlcfg.Parse(file, data)
+	if err != nil {
+		return nil, err
+	}
+	cfg := parseConfigMap(m, env)
+	if err := m.Err(); err != nil {
+		return nil, err
+	}
+	cfg.File, cfg.raw = file, data
+	return cfg, nil
+}
+
+func parseConfigMap(m *yamlcfg.Map, env policy.Env) *Config {
+	cfg := &Config{}
+	cfg.Interval = m.Duration("interval", 100*time.Millisecond)
+	if cfg.Interval < 10*time.Millisecond {
+		m.Errorf("interval", "%v is too short (at least 10ms)", cfg.Interval)
+	}
+	cfg.BackupVia = m.Enum("backup_via", "auto", "auto", "endpoint", "subflow")
+	seen := map[string]bool{}
+	for _, it := range m.List("policies") {
+		if it.Map == nil {
+			m.ErrorAt(it.Node, it.Path, "a policy is a mapping with a name, e.g. {name: prefer, paths: [wifi]}")
+			continue
+		}
+		p := policy.Build(it.Map, env)
+		if p == nil {
+			continue
+		}
+		if seen[p.Name()] {
+			it.Map.Errorf("name", "policy %q is listed twice", p.Name())
+		}
+		seen[p.Name()] = true
+		cfg.Policies = append(cfg.Policies, p)
+	}
+	for _, it := range m.List("chains") {
+		if it.Map == nil {
+			m.ErrorAt(it.Node, it.Path, "a chain is a mapping, e.g. {dev: eth0, hook: ingress, select: ..., act: ...}")
+			continue
+		}
+		if ChainHook != nil {
+			ChainHook(it.Map)
+		}
+		cfg.Chains = append(cfg.Chains, it.Map)
+	}
+	m.Done()
+	return cfg
+}
+
+// CheckConfig validates a daemon config embedded in another document (a
+// lab scenario's variant), recording problems in that document.
+func CheckConfig(m *yamlcfg.Map) {
+	parseConfigMap(m, policy.Env{})
+}

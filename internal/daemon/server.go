@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"mpsteer/internal/api"
+)
+
+// rootOnly accepts connections from root only: the socket's mode already
+// says so, the peer credentials make sure.
+type rootOnly struct{ net.Listener }
+
+func (l rootOnly) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		uc, ok := c.(*net.UnixConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		raw, err := uc.SyscallConn()
+		if err != nil {
+			c.Close()
+			continue
+		}
+		var cred *unix.Ucred
+		raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+		if err != nil || cred.Uid != 0 {
+			c.Close()
+			continue
+		}
+		return c, nil
+	}
+}
+
+func (d *Daemon) serve(socket string) (*http.Server, error) {
+	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+		return nil, err
+	}
+	// A socket file nobody answers on is left over from a crash.
+	if c, err := net.DialTimeout("unix", socket, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another daemon already listens on %s", socket)
+	}
+	os.Remove(socket)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Status())
+	})
+	mux.HandleFunc("POST /v1/prefer", func(w http.ResponseWriter, r *http.Request) {
+		var req api.PreferRequest
+		if err := decode(r, &req); err != nil {
+			writeErr(w, err)
+			return
+		}
+		msg, err := d.setHint(req.Targets, req.Clear)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		d.log.Printf("prefer: %s", msg)
+		writeJSON(w, http.StatusOK, api.Reply{OK: true, Message: msg})
+	})
+	mux.HandleFunc("POST /v1/policies", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ApplyRequest
+		if err := decode(r, &req); err != nil {
+			writeErr(w, err)
+			return
+		}
+		msg, err := d.reload(req.File, []byte(req.Config))
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		d.log.Printf("policy apply: %s", msg)
+		writeJSON(w, http.StatusOK, api.Reply{OK: true, Message: msg})
+	})
+	for _, h := range extraHandlers {
+		h(d, mux)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(rootOnly{ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Printf("api: %v", err)
+		}
+	}()
+	return srv, nil
+}
+
+// extraHandlers let other parts (the datapath's chains) add endpoints.
+var extraHandlers []func(d *Daemon, mux *http.ServeMux)
+
+func decode(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("bad request: %w", err)
+	}
+	return nil
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	writeJSON(w, http.StatusBadRequest, api.Reply{Error: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: GPL-2.0
+// Caps the retransmission timeout of MPTCP subflows whose local address is
+// in the rto_max map (the prefer policy's faster loss recovery: the paper
+// stops the RTO from doubling on the preferred path; the kernel's own tool
+// is TCP_RTO_MAX_MS, which a sockops program may set per socket).
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#define SOL_TCP 6
+#define TCP_RTO_MAX_MS 44
+#define AF_INET 2
+#define AF_INET6 10
+
+struct addr_key {
+	__u32 family;
+	__u32 addr[4]; // network byte order, IPv4 in addr[0]
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct addr_key);
+	__type(value, __u32); // RTO max in milliseconds
+} rto_max SEC(".maps");
+
+enum { STAT_SEEN, STAT_MPTCP, STAT_SET, STAT_FAILED, STAT_MAX };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} rto_stats SEC(".maps");
+
+// Set by the loader: only sockets of this network namespace are touched.
+volatile const __u64 netns_cookie = 0;
+
+static __always_inline void count(__u32 i)
+{
+	__u64 *v = bpf_map_lookup_elem(&rto_stats, &i);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+SEC("sockops")
+int mpsteer_rto(struct bpf_sock_ops *skops)
+{
+	if (skops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
+	    skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		return 1;
+	if (netns_cookie && bpf_get_netns_cookie(skops) != netns_cookie)
+		return 1;
+	count(STAT_SEEN);
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return 1;
+	// Subflows only: plain TCP sockets have no MPTCP parent.
+	struct mptcp_sock *msk = bpf_skc_to_mptcp_sock(sk);
+	if (!msk)
+		return 1;
+	count(STAT_MPTCP);
+
+	struct addr_key key = {};
+	key.family = skops->family;
+	if (skops->family == AF_INET) {
+		key.addr[0] = skops->local_ip4;
+	} else if (skops->family == AF_INET6) {
+		key.addr[0] = skops->local_ip6[0];
+		key.addr[1] = skops->local_ip6[1];
+		key.addr[2] = skops->local_ip6[2];
+		key.addr[3] = skops->local_ip6[3];
+	} else {
+		return 1;
+	}
+	__u32 *ms = bpf_map_lookup_elem(&rto_max, &key);
+	if (!ms)
+		return 1;
+	int val = *ms;
+	if (bpf_setsockopt(skops, SOL_TCP, TCP_RTO_MAX_MS, &val, sizeof(val)) == 0)
+		count(STAT_SET);
+	else
+		count(STAT_FAILED);
+	return 1;
+}
+
+char LICENSE[] SEC("license") = "GPL";

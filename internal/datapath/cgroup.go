@@ -1,0 +1,55 @@
+package datapath
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroup2Root finds where the unified cgroup hierarchy is mounted, and
+// mounts it under /run/mpsteer when nothing has (sockops programs attach to
+// a cgroup v2).
+func cgroup2Root() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// mountinfo: … mount-point … - fstype source options
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+				return fields[4], nil
+			}
+		}
+	}
+	dir := "/run/mpsteer/cgroup2"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := unix.Mount("none", dir, "cgroup2", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+		return "", fmt.Errorf("no cgroup v2 hierarchy is mounted and mounting one at %s failed: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// NetNSCookie returns the cookie of the calling thread's network namespace
+// (the kernel's stable identity of a namespace, as BPF sees it).
+func NetNSCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("SO_NETNS_COOKIE: %w", err)
+	}
+	return v, nil
+}
