@@ -66,6 +66,15 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs [
 			reason[addr] = d.Policy + ": " + d.Reason
 		}
 	}
+	// stale: a subflow's own flag disagrees with what its address wants.
+	stale := map[netip.Addr]bool{}
+	for _, sf := range sfs {
+		if w, ok := want[sf.Local.Addr()]; ok {
+			if _, decided := dec[policy.ID(sf)]; decided && sf.BackupLocal != w {
+				stale[sf.Local.Addr()] = true
+			}
+		}
+	}
 	var acts []Action
 	eps, err := a.c.Endpoints()
 	if err != nil {
@@ -92,19 +101,28 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs [
 			a.state.owned(addr, created.ID)
 			ep = created
 		}
-		if (ep.Flags&pm.FlagBackup != 0) == backup {
-			continue
-		}
-		a.state.changed(addr, ep.Flags)
 		nf := ep.Flags &^ pm.FlagBackup
 		if backup {
 			nf |= pm.FlagBackup
 		}
-		err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf})
-		act := Action{At: time.Now(), What: fmt.Sprintf("endpoint %s backup=%v", addr, backup), Reason: reason[addr]}
-		if err != nil {
-			act.Error = err.Error()
+		what := fmt.Sprintf("endpoint %s backup=%v", addr, backup)
+		if (ep.Flags&pm.FlagBackup != 0) == backup {
+			// The endpoint says so, but a subflow may have missed the
+			// MP_PRIO (one that was still joining when the flag changed):
+			// flip the flag off and on to send it again.
+			if !full || !stale[addr] {
+				continue
+			}
+			if err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf ^ pm.FlagBackup}); err != nil {
+				acts = append(acts, errAction(what+" (resend)", err))
+				continue
+			}
+			what += " (resent: a subflow had missed it)"
 		}
+		a.state.changed(addr, ep.Flags)
+		err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf})
+		act := errAction(what, err)
+		act.Reason = reason[addr]
 		acts = append(acts, act)
 	}
 	// Addresses nobody decides on any more go back to how they were.

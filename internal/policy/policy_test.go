@@ -59,32 +59,18 @@ func TestPreferToleratesLatencyBelowDelta(t *testing.T) {
 	}
 }
 
-func TestPreferFallsBackAboveDeltaAndProbes(t *testing.T) {
+func TestPreferFallsBackAboveDeltaAndComesBack(t *testing.T) {
 	p := NewPrefer(Env{})
 	p.SetTargets([]string{"10.2.0.1"})
-	p.ProbeInterval, p.ProbeWindow = time.Second, 100*ms
 	c := &clock{t: time.Unix(0, 0)}
 	slow := sf("10.2.0.1", 2, 200*ms, 10) // above δ = 80 ms (Fig. 12)
 	fast := sf("10.1.0.1", 1, 40*ms, 10)
 	d := backups(t, p.Decide(c.snap(fast, slow)))
-	if d["10.1.0.1"] || !d["10.2.0.1"] {
-		t.Fatalf("200ms vs 40ms: %v, want fallback (fast active, slow preferred backup until probed)", d)
+	if d["10.1.0.1"] || d["10.2.0.1"] {
+		t.Fatalf("200ms vs 40ms: %v, want the kernel's default (both usable)", d)
 	}
-	// After the probe interval the preferred subflow gets a window of at
-	// least 2·SRTT as a regular subflow.
-	c.add(time.Second)
-	if d := backups(t, p.Decide(c.snap(fast, slow))); d["10.2.0.1"] {
-		t.Fatalf("at the probe: %v, want the preferred subflow usable", d)
-	}
-	c.add(300 * ms)
-	if d := backups(t, p.Decide(c.snap(fast, slow))); d["10.2.0.1"] {
-		t.Fatalf("during the probe window: preferred should still be usable: %v", d)
-	}
-	c.add(200 * ms)
-	if d := backups(t, p.Decide(c.snap(fast, slow))); !d["10.2.0.1"] {
-		t.Fatalf("after the window (400ms): %v, want backup again", d)
-	}
-	// The probe measured it at 50 ms: viable again.
+	// Still used by the kernel, it keeps being measured: at 50 ms it is
+	// viable again.
 	slow.SRTT = 50 * ms
 	c.add(100 * ms)
 	if d := backups(t, p.Decide(c.snap(fast, slow))); d["10.2.0.1"] || !d["10.1.0.1"] {
@@ -108,7 +94,7 @@ func TestPreferStallAndRecovery(t *testing.T) {
 	if !d["10.2.0.1"] || d["10.1.0.1"] {
 		t.Fatalf("stalled: %v, want the other path active and the preferred one backup", d)
 	}
-	// Stalled subflows get no probe windows (the RTO probes them).
+	// A stalled subflow stays out of the way (the RTO probes it).
 	pref.Backoff, pref.LastAckRecv = 3, 2*time.Second
 	for i := 0; i < 30; i++ {
 		c.add(100 * ms)
@@ -170,12 +156,13 @@ func TestPreferRequirements(t *testing.T) {
 
 func TestBuildRejectsBadConfig(t *testing.T) {
 	cases := map[string]string{
-		"name: prefer\nk: 0.5":            `k: "0.5" is not valid`,
-		"name: prefer\nrto_max: 200ms":    `rto_max: 200ms is outside what the kernel accepts`,
-		"name: prefer\npaths: [\"a b\"]":  `is neither an IP address nor an interface name`,
-		"name: prefer\nspeed: fast":       `unknown key "speed"`,
-		"name: nosuch":                    `unknown policy "nosuch" (valid: dynthresh, prefer)`,
+		"name: prefer\nk: 0.5":                `k: "0.5" is not valid`,
+		"name: prefer\nrto_max: 200ms":        `rto_max: 200ms is outside what the kernel accepts`,
+		"name: prefer\npaths: [\"a b\"]":      `is neither an IP address nor an interface name`,
+		"name: prefer\nspeed: fast":           `unknown key "speed"`,
+		"name: nosuch":                        `unknown policy "nosuch" (valid: dynthresh, prefer)`,
 		"name: dynthresh\nprobe_interval: 0s": `probe_interval: must be above 0s`,
+		"name: prefer\nprobe_interval: 1s":   `unknown key "probe_interval"`,
 	}
 	for src, want := range cases {
 		m, err := yamlcfg.Parse("c.yaml", []byte(src))
@@ -301,5 +288,44 @@ func TestEngineFirstPolicyWins(t *testing.T) {
 		if d.Policy != "prefer" {
 			t.Fatalf("decision by %s, want prefer (first in order)", d.Policy)
 		}
+	}
+}
+
+func TestPreferRTTWindowIgnoresSelfInflictedQueueing(t *testing.T) {
+	p := NewPrefer(Env{})
+	p.SetTargets([]string{"10.2.0.1"})
+	c := &clock{t: time.Unix(0, 0)}
+	other := sf("10.1.0.1", 1, 80*ms, 10)
+	pref := sf("10.2.0.1", 2, 80*ms, 10)
+	// Carrying everything, the preferred path's SRTT swings up to 2.5×
+	// its base with its own queue: still preferred.
+	for i := 0; i < 50; i++ {
+		pref.SRTT = time.Duration(80+(i%10)*12) * ms
+		if d := backups(t, p.Decide(c.snap(other, pref))); d["10.2.0.1"] {
+			t.Fatalf("step %d (srtt %v): preference dropped for a queue of its own", i, pref.SRTT)
+		}
+		c.add(100 * ms)
+	}
+	// A real change: the path's latency becomes 250 ms for good. It shows
+	// once the window (5 s) has forgotten the old samples: the other path
+	// stops being a backup.
+	var off time.Duration = -1
+	for i := 0; i < 80; i++ {
+		pref.SRTT = 250 * ms
+		if d := backups(t, p.Decide(c.snap(other, pref))); !d["10.1.0.1"] && off < 0 {
+			off = time.Duration(i) * 100 * ms
+		}
+		c.add(100 * ms)
+	}
+	if off < 4*time.Second || off > 6*time.Second {
+		t.Fatalf("latency increase acted on after %v, want after the 5 s window", off)
+	}
+	// The paper's literal rule (window 0) reacts to the first sample.
+	q := NewPrefer(Env{})
+	q.SetTargets([]string{"10.2.0.1"})
+	q.RTTWindow = 0
+	pref.SRTT = 200 * ms
+	if d := backups(t, q.Decide(c.snap(other, pref))); d["10.1.0.1"] {
+		t.Fatalf("window 0: %v, want the preference dropped at once", d)
 	}
 }

@@ -18,29 +18,58 @@ import (
 // every other subflow is backup. A preferred subflow is deactivated when
 // its RTT exceeds δ = k·min SRTT over the connection's subflows, or when it
 // stalls (data outstanding and no ACK for longer than δ, or a
-// retransmission timeout pending). While deactivated it is probed: a
-// stalled subflow by TCP's own retransmissions (capped by RTOMax), a slow
-// one by a short window as a regular subflow every ProbeInterval, so that
-// it comes back as soon as it is viable again.
+// retransmission timeout pending). While deactivated it is probed, so that
+// it comes back as soon as it is viable again: a slow subflow falls back
+// to the kernel's default behaviour (all subflows usable, as in the paper),
+// which keeps its RTT measured; a stalled one is made backup (new data
+// would only be lost) and TCP's own retransmissions probe it, with the
+// timeout capped at RTOMax.
 type Prefer struct {
-	mu            sync.Mutex
-	targets       []string
-	K             float64
-	ProbeInterval time.Duration
-	ProbeWindow   time.Duration
-	RTOMax        time.Duration
-	env           Env
-	conns         map[uint32]*preferConn
-	status        PreferStatus
+	mu      sync.Mutex
+	targets []string
+	K       float64
+	RTOMax  time.Duration
+	// RTTWindow: a subflow's RTT is the smallest SRTT it reported over this
+	// window (0 = its current SRTT, literally the paper's). A path that
+	// carries all the data queues up to a BDP of its own traffic, which
+	// inflates its SRTT against idle paths; a few seconds' minimum keeps
+	// that out of δ while a real change of latency still shows.
+	RTTWindow time.Duration
+	env       Env
+	conns     map[uint32]*preferConn
+	rtts      map[SubflowID]*rttWindow
+	status    PreferStatus
+}
+
+// rttWindow keeps recent SRTT samples of one subflow.
+type rttWindow struct {
+	at   []time.Time
+	srtt []time.Duration
+}
+
+func (w *rttWindow) add(now time.Time, srtt, window time.Duration) time.Duration {
+	if srtt > 0 {
+		w.at, w.srtt = append(w.at, now), append(w.srtt, srtt)
+	}
+	i := 0
+	for i < len(w.at)-1 && now.Sub(w.at[i]) > window {
+		i++
+	}
+	w.at, w.srtt = w.at[i:], w.srtt[i:]
+	m := time.Duration(0)
+	for _, v := range w.srtt {
+		if m == 0 || v < m {
+			m = v
+		}
+	}
+	return m
 }
 
 type preferConn struct {
-	active     bool
-	chosen     SubflowID
-	since      time.Time
-	nextProbe  time.Time
-	probeUntil time.Time
-	switches   int
+	active   bool
+	chosen   SubflowID
+	since    time.Time
+	switches int
 }
 
 // PreferStatus explains the policy's state.
@@ -53,13 +82,12 @@ type PreferStatus struct {
 
 // PreferConnStatus is one connection's state.
 type PreferConnStatus struct {
-	Token     string   `json:"token"`
-	State     string   `json:"state"` // preferred, deactivated, no-preferred-subflow
-	Chosen    string   `json:"chosen,omitempty"`
-	DeltaMs   float64  `json:"delta_ms"`
-	Switches  int      `json:"switches"`
-	Subflows  []string `json:"subflows"`
-	ProbeLeft string   `json:"probe,omitempty"`
+	Token    string   `json:"token"`
+	State    string   `json:"state"` // preferred, deactivated, no-preferred-subflow
+	Chosen   string   `json:"chosen,omitempty"`
+	DeltaMs  float64  `json:"delta_ms"`
+	Switches int      `json:"switches"`
+	Subflows []string `json:"subflows"`
 }
 
 var ifaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
@@ -74,14 +102,10 @@ func init() {
 			p.targets = append(p.targets, t)
 		}
 		p.K = m.Float("k", p.K, 1, 100)
-		p.ProbeInterval = m.Duration("probe_interval", p.ProbeInterval)
-		p.ProbeWindow = m.Duration("probe_window", p.ProbeWindow)
 		p.RTOMax = m.Duration("rto_max", p.RTOMax)
+		p.RTTWindow = m.Duration("rtt_window", p.RTTWindow)
 		if p.RTOMax != 0 && (p.RTOMax < time.Second || p.RTOMax > 120*time.Second) {
 			m.Errorf("rto_max", "%v is outside what the kernel accepts for TCP_RTO_MAX_MS (1s to 120s; 0s keeps the default)", p.RTOMax)
-		}
-		if p.ProbeInterval <= 0 {
-			m.Errorf("probe_interval", "must be above 0s")
 		}
 		return p
 	})
@@ -99,8 +123,7 @@ func checkTarget(t string) error {
 
 // NewPrefer makes the policy with the paper's defaults (k = 2).
 func NewPrefer(env Env) *Prefer {
-	return &Prefer{K: 2, ProbeInterval: time.Second, ProbeWindow: 100 * time.Millisecond, RTOMax: time.Second,
-		env: env, conns: map[uint32]*preferConn{}}
+	return &Prefer{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}}
 }
 
 // Name is "prefer".
@@ -163,9 +186,8 @@ func (p *Prefer) Requirements() Requirements {
 	return r
 }
 
-// viability of one subflow against δ.
-func (p *Prefer) viable(sf observe.Subflow, delta time.Duration) (ok, stalled bool, why string) {
-	rtt := sf.SRTT
+// viability of one subflow, whose RTT (windowed) is rtt, against δ.
+func (p *Prefer) viable(sf observe.Subflow, rtt, delta time.Duration) (ok, stalled bool, why string) {
 	if sf.Unacked > 0 && sf.LastAckRecv > rtt {
 		rtt = sf.LastAckRecv // waiting this long for an ACK: the RTT is at least this
 	}
@@ -188,9 +210,13 @@ func (p *Prefer) Decide(s *Snapshot) []Decision {
 	st := PreferStatus{Targets: append([]string(nil), p.targets...), Resolved: resolved, K: p.K}
 	defer func() { p.status = st }()
 	seen := map[uint32]bool{}
+	live := map[SubflowID]bool{}
 	var out []Decision
 	for _, c := range s.Conns {
 		seen[c.Token] = true
+		for _, sf := range c.Subflows {
+			live[ID(sf)] = true
+		}
 		cs := PreferConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
 		out = append(out, p.decideConn(s.Now, c, rank, &cs)...)
 		st.Conns = append(st.Conns, cs)
@@ -200,18 +226,39 @@ func (p *Prefer) Decide(s *Snapshot) []Decision {
 			delete(p.conns, tok)
 		}
 	}
+	for id := range p.rtts {
+		if !live[id] {
+			delete(p.rtts, id)
+		}
+	}
 	return out
+}
+
+// rtt is the subflow's RTT as the policy judges it (see RTTWindow).
+func (p *Prefer) rtt(now time.Time, sf observe.Subflow) time.Duration {
+	if p.RTTWindow <= 0 {
+		return sf.SRTT
+	}
+	w := p.rtts[ID(sf)]
+	if w == nil {
+		w = &rttWindow{}
+		p.rtts[ID(sf)] = w
+	}
+	return w.add(now, sf.SRTT, p.RTTWindow)
 }
 
 func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs *PreferConnStatus) []Decision {
 	var pref []observe.Subflow
 	var minRTT time.Duration
+	rtts := map[SubflowID]time.Duration{}
 	for _, sf := range c.Subflows {
 		if _, ok := rank[sf.Local.Addr()]; ok {
 			pref = append(pref, sf)
 		}
-		if sf.SRTT > 0 && (minRTT == 0 || sf.SRTT < minRTT) {
-			minRTT = sf.SRTT
+		r := p.rtt(now, sf)
+		rtts[ID(sf)] = r
+		if r > 0 && (minRTT == 0 || r < minRTT) {
+			minRTT = r
 		}
 	}
 	if len(rank) == 0 || len(pref) == 0 {
@@ -230,7 +277,7 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 	var chosen *observe.Subflow
 	stalled := map[SubflowID]bool{}
 	for i := range pref {
-		ok, stall, why := p.viable(pref[i], delta)
+		ok, stall, why := p.viable(pref[i], rtts[ID(pref[i])], delta)
 		cs.Subflows = append(cs.Subflows, fmt.Sprintf("%s preferred #%d: %s", ID(pref[i]), rank[pref[i].Local.Addr()]+1, why))
 		stalled[ID(pref[i])] = stall
 		if ok && chosen == nil {
@@ -258,40 +305,18 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		return out
 	}
 
-	// No preferred subflow is viable: the kernel's default behaviour, but
-	// the preferred subflows are kept as backups between probe windows.
-	if st.active || st.since.IsZero() || st.nextProbe.IsZero() {
-		if st.active {
-			st.switches++
-		}
-		st.active, st.since = false, now
-		st.nextProbe = now.Add(p.ProbeInterval)
+	// No preferred subflow is viable: the kernel's default behaviour,
+	// except that a stalled preferred subflow is kept out of the way.
+	if st.active {
+		st.switches++
 	}
+	st.active, st.since = false, now
 	cs.State, cs.Switches = "deactivated", st.switches
-	probing := now.Before(st.probeUntil)
-	if !probing && !now.Before(st.nextProbe) {
-		window := p.ProbeWindow
-		for _, sf := range pref {
-			window = max(window, 2*sf.SRTT)
-		}
-		st.probeUntil = now.Add(window)
-		st.nextProbe = st.probeUntil.Add(p.ProbeInterval)
-		probing = true
-	}
-	if probing {
-		cs.ProbeLeft = fmtMs(st.probeUntil.Sub(now))
-	}
 	for _, sf := range c.Subflows {
-		_, isPref := rank[sf.Local.Addr()]
-		switch {
-		case !isPref:
-			decide(sf, false, "no preferred subflow is viable: kernel default")
-		case stalled[ID(sf)]:
+		if stalled[ID(sf)] {
 			decide(sf, true, "deactivated (stalled): TCP retransmissions probe it")
-		case probing:
-			decide(sf, false, "deactivated: probe window")
-		default:
-			decide(sf, true, "deactivated: RTT above δ; next probe in "+fmtMs(st.nextProbe.Sub(now)))
+		} else {
+			decide(sf, false, "no preferred subflow is viable: kernel default")
 		}
 	}
 	return out

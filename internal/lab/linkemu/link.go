@@ -107,6 +107,9 @@ func (d *Direction) readLoop(ctx context.Context) {
 			if v != Deliver {
 				continue
 			}
+			if HasTCPPayload((*ptrs[i])[Headroom : Headroom+sizes[i]]) {
+				d.pipe.NoteData(now)
+			}
 			d.queue = append(d.queue, packet{buf: ptrs[i], n: sizes[i], due: due})
 			ptrs[i] = segPool.Get().(*[]byte)
 			bufs[i] = *ptrs[i]
@@ -196,4 +199,29 @@ func (d *Direction) Stats() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.pipe.Stats()
+}
+
+// HasTCPPayload reports whether an IP packet is a TCP segment with data.
+func HasTCPPayload(p []byte) bool {
+	if len(p) < 20 {
+		return false
+	}
+	var ihl, total int
+	var proto byte
+	switch p[0] >> 4 {
+	case 4:
+		ihl, total, proto = int(p[0]&0x0f)*4, int(p[2])<<8|int(p[3]), p[9]
+	case 6:
+		if len(p) < 40 {
+			return false
+		}
+		ihl, total, proto = 40, 40+(int(p[4])<<8|int(p[5])), p[6]
+	default:
+		return false
+	}
+	if proto != 6 || len(p) < ihl+20 {
+		return false
+	}
+	doff := int(p[ihl+12]>>4) * 4
+	return total > ihl+doff
 }

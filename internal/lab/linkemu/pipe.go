@@ -127,6 +127,18 @@ type Pipe struct {
 	traceLeft int
 
 	stats Stats
+
+	// ups records every return of the link from an outage, and when the
+	// first packet and the first TCP data crossed it afterwards.
+	ups        []UpRecord
+	manualUpAt time.Duration
+}
+
+// UpRecord is one link-up and what crossed the link after it.
+type UpRecord struct {
+	UpAt          time.Duration `json:"up_at_ns"`
+	FirstPacketAt time.Duration `json:"first_packet_at_ns,omitempty"`
+	FirstDataAt   time.Duration `json:"first_data_at_ns,omitempty"`
 }
 
 // NewPipe makes a pipe; seed makes loss and jitter reproducible.
@@ -152,8 +164,57 @@ func (q *Pipe) SetOrigin(t time.Duration) {
 	q.traceIdx = -1
 }
 
-// SetDown takes the link down (or up) by hand.
-func (q *Pipe) SetDown(down bool) { q.down = down }
+// SetDown takes the link down (or up) by hand at now.
+func (q *Pipe) SetDown(down bool, now time.Duration) {
+	if q.down && !down {
+		q.manualUpAt = now
+	}
+	q.down = down
+}
+
+// lastUp is the latest moment at or before now when the link came back
+// up (from the outage schedule or by hand); ok is false if it never did.
+func (q *Pipe) lastUp(now time.Duration) (time.Duration, bool) {
+	best, ok := q.manualUpAt, q.manualUpAt > 0
+	t := now - q.origin
+	for _, o := range q.p.Outages {
+		if o.For <= 0 || t < o.At+o.For {
+			continue
+		}
+		end := o.At + o.For
+		if o.Every > 0 {
+			k := (t - o.At) / o.Every
+			end = o.At + k*o.Every + o.For
+			if end > t {
+				end -= o.Every
+			}
+		}
+		if at := q.origin + end; !ok || at > best {
+			best, ok = at, true
+		}
+	}
+	return best, ok
+}
+
+// track opens a record for a link-up seen for the first time.
+func (q *Pipe) track(now time.Duration) {
+	up, ok := q.lastUp(now)
+	if !ok || (len(q.ups) > 0 && q.ups[len(q.ups)-1].UpAt >= up) {
+		return
+	}
+	q.ups = append(q.ups, UpRecord{UpAt: up})
+}
+
+// NoteData tells the pipe that the packet it just delivered at now carried
+// TCP payload.
+func (q *Pipe) NoteData(now time.Duration) {
+	if n := len(q.ups); n > 0 && q.ups[n-1].FirstDataAt == 0 {
+		q.ups[n-1].FirstDataAt = now
+	}
+}
+
+// Ups returns the link-up records.
+func (q *Pipe) Ups() []UpRecord { return append([]UpRecord(nil), q.ups...) }
 
 // Down reports whether the link is down at now.
 func (q *Pipe) Down(now time.Duration) bool {
@@ -211,6 +272,10 @@ func (q *Pipe) Admit(now time.Duration, size int) (time.Duration, Verdict) {
 	if q.Down(now) {
 		q.stats.DropOutage++
 		return 0, DropOutage
+	}
+	q.track(now)
+	if n := len(q.ups); n > 0 && q.ups[n-1].FirstPacketAt == 0 {
+		q.ups[n-1].FirstPacketAt = now
 	}
 	departure := now
 	limited := q.p.Trace != nil || q.p.Rate > 0

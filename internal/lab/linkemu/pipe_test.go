@@ -114,7 +114,7 @@ func TestOutageSchedule(t *testing.T) {
 			t.Errorf("at %v: %v, want down=%v", now, v, down)
 		}
 	}
-	p.SetDown(true)
+	p.SetDown(true, 0)
 	if _, v := p.Admit(0, 100); v != DropOutage {
 		t.Errorf("manual down: %v", v)
 	}
@@ -203,5 +203,50 @@ func TestSetParamsChangesRateForNewPackets(t *testing.T) {
 	b, _ := p.Admit(0, 1500) // +0.15 ms after the first
 	if a != 1500*time.Microsecond || b != 1650*time.Microsecond {
 		t.Fatalf("got %v, %v", a, b)
+	}
+}
+
+func TestUpRecords(t *testing.T) {
+	p := NewPipe(Params{Outages: []Outage{{At: time.Second, For: time.Second, Every: 5 * time.Second}}}, 1)
+	p.Admit(500*ms, 100)  // before any outage: nothing to record
+	p.Admit(1500*ms, 100) // dropped: down
+	p.Admit(2300*ms, 100) // first packet after the 2 s link-up
+	p.NoteData(2300 * ms)
+	p.Admit(2400*ms, 100)
+	p.NoteData(2400 * ms)
+	p.Admit(7100*ms, 100) // after the second outage (6 s to 7 s)
+	p.Admit(7200*ms, 100)
+	p.NoteData(7200 * ms)
+	ups := p.Ups()
+	want := []UpRecord{{UpAt: 2 * time.Second, FirstPacketAt: 2300 * ms, FirstDataAt: 2300 * ms},
+		{UpAt: 7 * time.Second, FirstPacketAt: 7100 * ms, FirstDataAt: 7200 * ms}}
+	if len(ups) != len(want) || ups[0] != want[0] || ups[1] != want[1] {
+		t.Fatalf("ups %+v, want %+v", ups, want)
+	}
+	// By hand.
+	q := NewPipe(Params{}, 1)
+	q.SetDown(true, time.Second)
+	q.SetDown(false, 3*time.Second)
+	q.Admit(3500*ms, 100)
+	if u := q.Ups(); len(u) != 1 || u[0].UpAt != 3*time.Second || u[0].FirstPacketAt != 3500*ms {
+		t.Fatalf("manual ups %+v", u)
+	}
+}
+
+func TestHasTCPPayload(t *testing.T) {
+	ack := make([]byte, 52) // IPv4 20 + TCP 32 (timestamps), no data
+	ack[0], ack[3], ack[9], ack[20+12] = 0x45, 52, 6, 8<<4
+	if HasTCPPayload(ack) {
+		t.Fatal("a pure ACK counted as data")
+	}
+	data := append(append([]byte(nil), ack...), make([]byte, 100)...)
+	data[2], data[3] = 0, 152
+	if !HasTCPPayload(data) {
+		t.Fatal("a data segment not seen")
+	}
+	udp := append([]byte(nil), data...)
+	udp[9] = 17
+	if HasTCPPayload(udp) {
+		t.Fatal("UDP counted as TCP data")
 	}
 }

@@ -90,6 +90,10 @@ type Summary struct {
 	// Metrics holds measurements specific to a scenario (recovery times,
 	// post-event goodput, …), each key with its unit.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Recoveries lists, per path, the time from each link-up to the first
+	// TCP data segment that crossed the link in the sending direction
+	// (measured by the link emulator).
+	Recoveries map[string][]float64 `json:"link_up_to_first_data_ms,omitempty"`
 }
 
 // PathMapper names the path of a socket from its client-side address.

@@ -220,7 +220,9 @@ loop:
 	sum := r.summarize(rec.Samples)
 	if emu != nil {
 		sum.Emulator = emu.Links
+		r.recoveries(sum, emu.Links)
 	}
+	r.floodMetrics(sum, rec.Samples)
 	if daemonInfo != nil {
 		sum.Daemon = daemonInfo
 	}
@@ -538,4 +540,65 @@ func readSeries(file string) ([2][]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// recoveries turns the emulator's link-up records into times from link-up
+// to the first data segment, per path, in the sending direction.
+func (r *variantRun) recoveries(sum *report.Summary, links map[string]world.LinkState) {
+	for _, p := range r.w.Paths {
+		st, ok := links[p.Link]
+		if !ok {
+			continue
+		}
+		ups := st.Up.Ups
+		if !r.upload {
+			ups = st.Down.Ups
+		}
+		var list []float64
+		for _, u := range ups {
+			if u.FirstDataAt > 0 {
+				list = append(list, float64(u.FirstDataAt-u.UpAt)/1e6)
+			}
+		}
+		if len(list) == 0 {
+			continue
+		}
+		if sum.Recoveries == nil {
+			sum.Recoveries = map[string][]float64{}
+		}
+		sum.Recoveries[p.Name] = list
+		mean := 0.0
+		for _, v := range list {
+			mean += v
+		}
+		sum.Metrics[p.Name+"_link_up_to_first_data_ms_mean"] = mean / float64(len(list))
+	}
+}
+
+// floodMetrics measures a UDP flood's effect: goodput before and during
+// it, and how long after it ends the goodput (0.5 s average) takes to reach
+// 95% of its pre-flood level again.
+func (r *variantRun) floodMetrics(sum *report.Summary, samples []recorder.Sample) {
+	for _, t := range r.s.Traffic {
+		if t.Kind != scenario.UDPFlood || r.w.Path(t.Path) == nil {
+			continue
+		}
+		before, ok1 := report.GoodputBetween(samples, t.Start-2*time.Second, t.Start)
+		during, ok2 := report.GoodputBetween(samples, t.Start+500*time.Millisecond, t.Stop)
+		if !ok1 || !ok2 {
+			return
+		}
+		sum.Metrics["goodput_before_flood_mbit"] = before
+		sum.Metrics["goodput_during_flood_mbit"] = during
+		for i := range samples {
+			if samples[i].T < t.Stop {
+				continue
+			}
+			if g, ok := report.GoodputBetween(samples, samples[i].T, samples[i].T+500*time.Millisecond); ok && g >= 0.95*before {
+				sum.Metrics["recovery_after_flood_s"] = (samples[i].T - t.Stop).Seconds()
+				break
+			}
+		}
+		return
+	}
 }

@@ -41,9 +41,10 @@ type LinkState struct {
 
 // DirState is one direction's parameters and counters.
 type DirState struct {
-	Params string        `json:"params"`
-	Down   bool          `json:"down"`
-	Stats  linkemu.Stats `json:"stats"`
+	Params string             `json:"params"`
+	Down   bool               `json:"down"`
+	Stats  linkemu.Stats      `json:"stats"`
+	Ups    []linkemu.UpRecord `json:"ups,omitempty"`
 }
 
 type emuLink struct {
@@ -193,7 +194,7 @@ func handle(req Request, links []*emuLink, resp *Response) error {
 	case "down", "up":
 		for _, l := range targets {
 			for _, d := range dirs(l) {
-				d.With(func(p *linkemu.Pipe) { p.SetDown(req.Op == "down") })
+				d.With(func(p *linkemu.Pipe) { p.SetDown(req.Op == "down", now) })
 			}
 		}
 	case "origin":
@@ -214,7 +215,7 @@ func handle(req Request, links []*emuLink, resp *Response) error {
 		for i, d := range []*linkemu.Direction{l.up, l.down} {
 			var ds DirState
 			d.With(func(p *linkemu.Pipe) {
-				ds = DirState{Params: p.Params().String(), Down: p.Down(now), Stats: p.Stats()}
+				ds = DirState{Params: p.Params().String(), Down: p.Down(now), Stats: p.Stats(), Ups: p.Ups()}
 			})
 			if i == 0 {
 				st.Up = ds
