@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"mpsteer/internal/observe"
+	"mpsteer/internal/units"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -16,17 +17,25 @@ import (
 // and its best recorded value; the threshold is the best single-subflow
 // value recorded. When the sum of m over the active subflows falls below
 // it, the worst active subflow is set aside (made backup). A set-aside
-// subflow gets a short transmit window every ProbeInterval so its metrics
+// subflow gets a short transmit window every probe interval so its metrics
 // stay fresh, and it returns when the sum with it reaches the threshold
-// again.
+// again. Each probe costs the connection a little (data sent on the bad
+// path arrives late), so the interval doubles after every failed probe, up
+// to MaxProbeInterval, and starts again at ProbeInterval when the subflow
+// comes back.
 type DynThresh struct {
-	mu            sync.Mutex
-	ProbeInterval time.Duration
-	ProbeWindow   time.Duration // at least 2 SRTT of the probed subflow
-	Warmup        time.Duration // a subflow is judged only after this long …
-	WarmupRTTs    float64       // … and after this many of its RTTs
-	conns         map[uint32]*dtConn
-	status        []DynThreshConnStatus
+	mu               sync.Mutex
+	ProbeInterval    time.Duration
+	MaxProbeInterval time.Duration
+	ProbeWindow      time.Duration // at least 2 SRTT of the probed subflow
+	Warmup           time.Duration // a subflow is judged only after this long …
+	WarmupRTTs       float64       // … and after this many of its RTTs
+	// Margin is the hysteresis of taking a subflow back: the aggregate with
+	// it must exceed the threshold by this fraction, so that the noise of
+	// the metric does not take a bad subflow back after every probe.
+	Margin float64
+	conns  map[uint32]*dtConn
+	status []DynThreshConnStatus
 }
 
 type dtSubflow struct {
@@ -36,6 +45,7 @@ type dtSubflow struct {
 	aside      bool
 	probeUntil time.Time
 	nextProbe  time.Time
+	interval   time.Duration // current probe interval
 	asideCount int
 }
 
@@ -63,11 +73,16 @@ func init() {
 	Register("dynthresh", func(m *yamlcfg.Map, env Env) Policy {
 		d := NewDynThresh()
 		d.ProbeInterval = m.Duration("probe_interval", d.ProbeInterval)
+		d.MaxProbeInterval = m.Duration("max_probe_interval", d.MaxProbeInterval)
 		d.ProbeWindow = m.Duration("probe_window", d.ProbeWindow)
 		d.Warmup = m.Duration("warmup", d.Warmup)
 		d.WarmupRTTs = m.Float("warmup_rtts", d.WarmupRTTs, 0, 1000)
+		d.Margin = float64(m.Fraction("margin", units.Fraction(d.Margin)))
 		if d.ProbeInterval <= 0 {
 			m.Errorf("probe_interval", "must be above 0s")
+		}
+		if d.MaxProbeInterval < d.ProbeInterval {
+			m.Errorf("max_probe_interval", "%v is below probe_interval %v", d.MaxProbeInterval, d.ProbeInterval)
 		}
 		return d
 	})
@@ -75,7 +90,8 @@ func init() {
 
 // NewDynThresh makes the policy with its defaults.
 func NewDynThresh() *DynThresh {
-	return &DynThresh{ProbeInterval: time.Second, ProbeWindow: 200 * time.Millisecond, Warmup: time.Second, WarmupRTTs: 10,
+	return &DynThresh{ProbeInterval: time.Second, MaxProbeInterval: 8 * time.Second, ProbeWindow: 200 * time.Millisecond,
+		Warmup: 200 * time.Millisecond, WarmupRTTs: 10, Margin: 0.1,
 		conns: map[uint32]*dtConn{}}
 }
 
@@ -161,30 +177,29 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 		}
 		ds.probeUntil = time.Time{}
 		total, _ := sumActive()
-		if total+ds.m >= threshold {
+		if total+ds.m >= threshold*(1+d.Margin) {
 			ds.aside = false
 		} else {
-			ds.nextProbe = now.Add(d.ProbeInterval)
+			ds.interval = min(2*ds.interval, d.MaxProbeInterval)
+			ds.nextProbe = now.Add(ds.interval)
 		}
 	}
 
 	// The rule: aggregate below the best single subflow → set aside the
-	// worst active subflow that is past its warm-up (one per round, so a
-	// single noisy sample does not empty the connection).
+	// worst active subflow (one per round, so a single noisy sample does
+	// not empty the connection). A worst subflow still in its warm-up is
+	// left alone, and so is everything else: it may only be slow to start.
 	total, active := sumActive()
 	if total < threshold && len(active) > 1 {
 		sort.Slice(active, func(i, j int) bool { return st.subflows[active[i]].m < st.subflows[active[j]].m })
-		for _, id := range active {
-			ds := st.subflows[id]
-			sf := present[id]
-			warm := max(d.Warmup, time.Duration(d.WarmupRTTs*float64(sf.SRTT)))
-			if now.Sub(ds.firstSeen) < warm {
-				continue
-			}
+		id := active[0]
+		ds := st.subflows[id]
+		warm := max(d.Warmup, time.Duration(d.WarmupRTTs*float64(present[id].SRTT)))
+		if now.Sub(ds.firstSeen) >= warm {
 			ds.aside = true
 			ds.asideCount++
-			ds.nextProbe = now.Add(d.ProbeInterval)
-			break
+			ds.interval = d.ProbeInterval
+			ds.nextProbe = now.Add(ds.interval)
 		}
 	}
 

@@ -162,7 +162,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"name: prefer\nspeed: fast":           `unknown key "speed"`,
 		"name: nosuch":                        `unknown policy "nosuch" (valid: dynthresh, prefer)`,
 		"name: dynthresh\nprobe_interval: 0s": `probe_interval: must be above 0s`,
-		"name: prefer\nprobe_interval: 1s":   `unknown key "probe_interval"`,
+		"name: prefer\nprobe_interval: 1s":    `unknown key "probe_interval"`,
 	}
 	for src, want := range cases {
 		m, err := yamlcfg.Parse("c.yaml", []byte(src))
@@ -197,7 +197,7 @@ func TestDynThreshKeepsSymmetricSubflows(t *testing.T) {
 
 func TestDynThreshSetsAsideTheBadSubflow(t *testing.T) {
 	d := NewDynThresh()
-	d.Warmup, d.ProbeInterval, d.ProbeWindow = time.Second, time.Second, 200*ms
+	d.Warmup, d.ProbeInterval, d.MaxProbeInterval, d.ProbeWindow = time.Second, time.Second, time.Second, 200*ms
 	c := &clock{t: time.Unix(0, 0)}
 	asideAt := time.Duration(-1)
 	probes := 0
@@ -230,7 +230,7 @@ func TestDynThreshSetsAsideTheBadSubflow(t *testing.T) {
 
 func TestDynThreshTakesASubflowBackAfterAFlood(t *testing.T) {
 	d := NewDynThresh()
-	d.Warmup, d.ProbeInterval, d.ProbeWindow = time.Second, time.Second, 200*ms
+	d.Warmup, d.ProbeWindow = time.Second, 200*ms
 	c := &clock{t: time.Unix(0, 0)}
 	var back time.Duration = -1
 	for i := 0; i < 120; i++ {
@@ -247,9 +247,6 @@ func TestDynThreshTakesASubflowBackAfterAFlood(t *testing.T) {
 		dec := backups(t, d.Decide(c.snap(a, b)))
 		if now > 6*time.Second && !dec["10.2.0.1"] && back < 0 {
 			back = now - 6*time.Second
-		}
-		if now > 3500*ms && now < 6*time.Second && !dec["10.2.0.1"] {
-			// probe windows are allowed, but not more than their share
 		}
 		c.add(100 * ms)
 	}
@@ -327,5 +324,30 @@ func TestPreferRTTWindowIgnoresSelfInflictedQueueing(t *testing.T) {
 	pref.SRTT = 200 * ms
 	if d := backups(t, q.Decide(c.snap(other, pref))); d["10.1.0.1"] {
 		t.Fatalf("window 0: %v, want the preference dropped at once", d)
+	}
+}
+
+func TestDynThreshBacksOffFailedProbes(t *testing.T) {
+	d := NewDynThresh()
+	c := &clock{t: time.Unix(0, 0)}
+	var starts []time.Duration
+	prev := true
+	for i := 0; i < 300; i++ {
+		dec := backups(t, d.Decide(c.snap(sf("10.1.0.1", 1, 8*ms, uint32(350+(i%5)*25)), sf("10.2.0.1", 2, 20*ms, 12))))
+		if !dec["10.2.0.1"] && prev && i > 0 {
+			starts = append(starts, time.Duration(i)*100*ms)
+		}
+		prev = dec["10.2.0.1"]
+		c.add(100 * ms)
+	}
+	// Set aside at 0.2 s; probes after 1, 2, 4, 8, 8 … seconds.
+	if len(starts) < 4 {
+		t.Fatalf("probe starts %v", starts)
+	}
+	for i := 1; i < len(starts); i++ {
+		gap := starts[i] - starts[i-1]
+		if i < 4 && (gap < time.Duration(1<<i)*time.Second || gap > time.Duration(1<<i)*time.Second+600*ms) {
+			t.Fatalf("probe starts %v: gap %d is %v, want about %v", starts, i, gap, time.Duration(1<<i)*time.Second)
+		}
 	}
 }
