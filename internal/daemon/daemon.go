@@ -55,6 +55,7 @@ type Daemon struct {
 	netns   string
 
 	lastSubflows  []observe.Subflow
+	lastConns     map[uint32]observe.Conn
 	lastDecisions map[policy.SubflowID]policy.Decision
 	actions       []Action
 	reactions     []time.Duration
@@ -210,14 +211,15 @@ func (d *Daemon) chooseActuator(via string, state *stateFile) backupActuator {
 	return &endpointActuator{c: d.pmc, state: state}
 }
 
-// snapshot groups subflows by connection.
-func snapshot(now time.Time, sfs []observe.Subflow) *policy.Snapshot {
+// snapshot groups subflows by connection, with the connections' own
+// counters when known.
+func snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32]observe.Conn) *policy.Snapshot {
 	by := map[uint32]*policy.Conn{}
 	var order []uint32
 	for _, sf := range sfs {
 		c := by[sf.Token]
 		if c == nil {
-			c = &policy.Conn{Token: sf.Token}
+			c = &policy.Conn{Token: sf.Token, BytesAcked: conns[sf.Token].BytesAcked}
 			by[sf.Token] = c
 			order = append(order, sf.Token)
 		}
@@ -248,9 +250,16 @@ func (d *Daemon) tick() {
 		return
 	}
 	sfs = usable(sfs)
+	conns := map[uint32]observe.Conn{}
+	if cs, err := d.sampler.Conns(); err == nil {
+		for _, c := range cs {
+			conns[c.Token] = c
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	dec := d.engine.Decide(snapshot(time.Now(), sfs))
+	d.lastConns = conns
+	dec := d.engine.Decide(snapshot(time.Now(), sfs, conns))
 	d.lastSubflows, d.lastDecisions = sfs, dec
 	d.record(d.act.Apply(dec, sfs, true))
 	d.syncRTO()
@@ -329,7 +338,7 @@ func (d *Daemon) react(ev pm.Event) {
 		}
 	}
 	sfs = append(sfs, sf)
-	dec := d.engine.Decide(snapshot(ev.Received, sfs))
+	dec := d.engine.Decide(snapshot(ev.Received, sfs, d.lastConns))
 	one, ok := dec[id]
 	if !ok {
 		return

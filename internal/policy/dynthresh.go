@@ -13,65 +13,116 @@ import (
 )
 
 // DynThresh is the extended dynamic threshold scheduler (paper:
-// asymmetric-subflows-dynamic-threshold). Per subflow, m = cwnd·MSS/SRTT
-// and its best recorded value; the threshold is the best single-subflow
-// value recorded. When the sum of m over the active subflows falls below
-// it, the worst active subflow is set aside (made backup). A set-aside
-// subflow gets a short transmit window every probe interval so its metrics
-// stay fresh, and it returns when the sum with it reaches the threshold
-// again. Each probe costs the connection a little (data sent on the bad
-// path arrives late), so the interval doubles after every failed probe, up
-// to MaxProbeInterval, and starts again at ProbeInterval when the subflow
-// comes back.
+// asymmetric-subflows-dynamic-threshold). The threshold is the best
+// single-subflow throughput recorded; when the connection's aggregate
+// falls below it, the worst subflow (by the paper's metric m =
+// cwnd·MSS/SRTT) is set aside, i.e. made backup. A set-aside subflow gets a
+// short transmit window every probe interval so its numbers stay fresh,
+// and returns when the aggregate with it beats the threshold again.
+//
+// Throughput is measured, not estimated (Metric "measured", the default):
+// bytes acknowledged per second over a short window, per subflow for the
+// threshold and at the connection level (MPTCP DATA_ACKs: data the
+// receiver could use in order) for the aggregate. The paper's estimate m
+// swings threefold between samples under BBR, and a sum of estimates
+// cannot see head-of-line blocking, which is what a bad path does to the
+// good one. Metric "estimate" runs the paper's rule literally (aggregate
+// = Σm, threshold = best m) for comparison.
+//
+// Each probe costs the connection a little (data sent on the bad path
+// arrives late), so the interval doubles after every failed probe, up to
+// MaxProbeInterval, and starts again at ProbeInterval when the subflow
+// comes back. The initial subflow is not judged during its warm-up
+// (WarmupRTTs of its RTT): a far path needs many RTTs to show its worth.
 type DynThresh struct {
 	mu               sync.Mutex
+	Metric           string // measured or estimate
+	Window           time.Duration
 	ProbeInterval    time.Duration
 	MaxProbeInterval time.Duration
 	ProbeWindow      time.Duration // at least 2 SRTT of the probed subflow
-	Warmup           time.Duration // a subflow is judged only after this long …
-	WarmupRTTs       float64       // … and after this many of its RTTs
+	Warmup           time.Duration
+	WarmupRTTs       float64
 	// Margin is the hysteresis of taking a subflow back: the aggregate with
-	// it must exceed the threshold by this fraction, so that the noise of
-	// the metric does not take a bad subflow back after every probe.
+	// it must beat the threshold by this fraction.
 	Margin float64
 	conns  map[uint32]*dtConn
 	status []DynThreshConnStatus
 }
 
+type sample struct {
+	at    time.Time
+	bytes uint64
+}
+
+// rate keeps (time, cumulative bytes) samples over a window.
+type rate struct{ s []sample }
+
+func (r *rate) add(now time.Time, bytes uint64, window time.Duration) float64 {
+	r.s = append(r.s, sample{now, bytes})
+	i := 0
+	for i < len(r.s)-1 && now.Sub(r.s[i].at) > window {
+		i++
+	}
+	// Keep one sample at or beyond the window's start.
+	if i > 0 {
+		i--
+	}
+	r.s = r.s[i:]
+	first := r.s[0]
+	dt := now.Sub(first.at).Seconds()
+	if dt <= 0 || bytes < first.bytes {
+		return 0
+	}
+	return float64(bytes-first.bytes) / dt
+}
+
 type dtSubflow struct {
 	firstSeen  time.Time
-	best       float64 // bytes/s
-	m          float64
+	initial    bool
+	m          float64 // cwnd·MSS/SRTT, bytes/s
+	r          float64 // measured, bytes/s
+	rate       rate
+	best       float64 // best throughput recorded (per Metric)
 	aside      bool
 	probeUntil time.Time
+	probeStart time.Time
+	probeBytes uint64
 	nextProbe  time.Time
-	interval   time.Duration // current probe interval
-	asideCount int
+	interval   time.Duration
+	asides     int
 }
 
 type dtConn struct {
 	subflows map[SubflowID]*dtSubflow
+	agg      rate
+	lastAgg  float64
+	bytes    uint64
 }
 
 // DynThreshConnStatus explains one connection.
 type DynThreshConnStatus struct {
 	Token         string                   `json:"token"`
 	ThresholdMbit float64                  `json:"threshold_mbit"`
-	SumMbit       float64                  `json:"active_sum_mbit"`
+	AggregateMbit float64                  `json:"aggregate_mbit"`
 	Subflows      []DynThreshSubflowStatus `json:"subflows"`
 }
 
-// DynThreshSubflowStatus is one subflow's metric and state.
+// DynThreshSubflowStatus is one subflow's numbers and state.
 type DynThreshSubflowStatus struct {
 	Subflow  string  `json:"subflow"`
 	MMbit    float64 `json:"m_mbit"`
+	RateMbit float64 `json:"measured_mbit"`
 	BestMbit float64 `json:"best_mbit"`
 	State    string  `json:"state"`
+	SetAside int     `json:"times_set_aside"`
 }
 
 func init() {
 	Register("dynthresh", func(m *yamlcfg.Map, env Env) Policy {
 		d := NewDynThresh()
+		d.Metric = m.Enum("metric", d.Metric, "measured", "estimate")
+		d.Window = m.Duration("window", d.Window)
 		d.ProbeInterval = m.Duration("probe_interval", d.ProbeInterval)
 		d.MaxProbeInterval = m.Duration("max_probe_interval", d.MaxProbeInterval)
 		d.ProbeWindow = m.Duration("probe_window", d.ProbeWindow)
@@ -84,21 +135,24 @@ func init() {
 		if d.MaxProbeInterval < d.ProbeInterval {
 			m.Errorf("max_probe_interval", "%v is below probe_interval %v", d.MaxProbeInterval, d.ProbeInterval)
 		}
+		if d.Window <= 0 {
+			m.Errorf("window", "must be above 0s")
+		}
 		return d
 	})
 }
 
 // NewDynThresh makes the policy with its defaults.
 func NewDynThresh() *DynThresh {
-	return &DynThresh{ProbeInterval: time.Second, MaxProbeInterval: 8 * time.Second, ProbeWindow: 200 * time.Millisecond,
-		Warmup: 200 * time.Millisecond, WarmupRTTs: 10, Margin: 0.1,
-		conns: map[uint32]*dtConn{}}
+	return &DynThresh{Metric: "measured", Window: 500 * time.Millisecond, ProbeInterval: time.Second,
+		MaxProbeInterval: 8 * time.Second, ProbeWindow: 200 * time.Millisecond, Warmup: 200 * time.Millisecond,
+		WarmupRTTs: 10, Margin: 0.1, conns: map[uint32]*dtConn{}}
 }
 
 // Name is "dynthresh".
 func (d *DynThresh) Name() string { return "dynthresh" }
 
-// Metric is m = cwnd·MSS/SRTT in bytes per second.
+// Metric is the paper's m = cwnd·MSS/SRTT in bytes per second.
 func Metric(sf observe.Subflow) float64 { return sf.ThroughputEstimate() }
 
 // Decide runs the algorithm once per connection.
@@ -128,23 +182,34 @@ func (d *DynThresh) Decide(s *Snapshot) []Decision {
 	return out
 }
 
+func (d *DynThresh) estimate() bool { return d.Metric == "estimate" }
+
 func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, DynThreshConnStatus) {
 	cs := DynThreshConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
 	present := map[SubflowID]observe.Subflow{}
+	var sumM, sumR float64
 	for _, sf := range c.Subflows {
 		id := ID(sf)
 		present[id] = sf
 		ds := st.subflows[id]
 		if ds == nil {
-			ds = &dtSubflow{firstSeen: now}
+			ds = &dtSubflow{firstSeen: now, initial: sf.LocalID == 0}
 			st.subflows[id] = ds
 		}
 		ds.m = Metric(sf)
-		probing := now.Before(ds.probeUntil)
+		ds.r = ds.rate.add(now, sf.BytesAcked, d.Window)
+		v := ds.r
+		if d.estimate() {
+			v = ds.m
+		}
 		// A set-aside subflow's numbers are stale; only active or probing
-		// subflows update their best.
-		if !ds.aside || probing {
-			ds.best = math.Max(ds.best, ds.m)
+		// subflows record their best.
+		if !ds.aside || !ds.probeUntil.IsZero() {
+			ds.best = math.Max(ds.best, v)
+		}
+		if !ds.aside {
+			sumM += ds.m
+			sumR += ds.r
 		}
 	}
 	for id := range st.subflows {
@@ -152,32 +217,38 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 			delete(st.subflows, id)
 		}
 	}
-
+	// The aggregate: what the connection delivers in order (measured), or
+	// the sum of the active subflows' estimates (the paper's).
+	agg := sumM
+	if !d.estimate() {
+		if c.BytesAcked > 0 || st.bytes > 0 {
+			agg = st.agg.add(now, c.BytesAcked, d.Window)
+		} else {
+			agg = sumR // no connection-level counter: fall back to the subflows'
+		}
+	}
+	st.bytes, st.lastAgg = c.BytesAcked, agg
 	threshold := 0.0
 	for _, ds := range st.subflows {
 		threshold = math.Max(threshold, ds.best)
 	}
-	sumActive := func() (float64, []SubflowID) {
-		total := 0.0
-		var ids []SubflowID
-		for id, ds := range st.subflows {
-			if !ds.aside {
-				total += ds.m
-				ids = append(ids, id)
-			}
-		}
-		return total, ids
-	}
 
-	// Probe windows that end now: keep the subflow if the aggregate with
-	// it reaches the threshold, else set it aside again.
+	// Probe windows that end now: the subflow stays if the aggregate during
+	// the window beat the threshold, else it is set aside again, and the
+	// next probe waits twice as long.
 	for _, ds := range st.subflows {
 		if !ds.aside || ds.probeUntil.IsZero() || now.Before(ds.probeUntil) {
 			continue
 		}
+		during := agg
+		if !d.estimate() && now.After(ds.probeStart) && c.BytesAcked >= ds.probeBytes {
+			during = float64(c.BytesAcked-ds.probeBytes) / now.Sub(ds.probeStart).Seconds()
+		}
+		if d.estimate() {
+			during = sumM + ds.m
+		}
 		ds.probeUntil = time.Time{}
-		total, _ := sumActive()
-		if total+ds.m >= threshold*(1+d.Margin) {
+		if during >= threshold*(1+d.Margin) {
 			ds.aside = false
 		} else {
 			ds.interval = min(2*ds.interval, d.MaxProbeInterval)
@@ -186,32 +257,43 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 	}
 
 	// The rule: aggregate below the best single subflow → set aside the
-	// worst active subflow (one per round, so a single noisy sample does
-	// not empty the connection). A worst subflow still in its warm-up is
-	// left alone, and so is everything else: it may only be slow to start.
-	total, active := sumActive()
-	if total < threshold && len(active) > 1 {
+	// worst active subflow, one per round so that a single bad sample does
+	// not empty the connection. An initial subflow in its warm-up is not a
+	// candidate.
+	var active []SubflowID
+	for id, ds := range st.subflows {
+		if !ds.aside {
+			active = append(active, id)
+		}
+	}
+	if agg < threshold && len(active) > 1 {
 		sort.Slice(active, func(i, j int) bool { return st.subflows[active[i]].m < st.subflows[active[j]].m })
-		id := active[0]
-		ds := st.subflows[id]
-		warm := max(d.Warmup, time.Duration(d.WarmupRTTs*float64(present[id].SRTT)))
-		if now.Sub(ds.firstSeen) >= warm {
+		for _, id := range active {
+			ds := st.subflows[id]
+			warm := d.Warmup
+			if ds.initial {
+				warm = max(warm, time.Duration(d.WarmupRTTs*float64(present[id].SRTT)))
+			}
+			if now.Sub(ds.firstSeen) < warm {
+				continue
+			}
 			ds.aside = true
-			ds.asideCount++
+			ds.asides++
 			ds.interval = d.ProbeInterval
 			ds.nextProbe = now.Add(ds.interval)
+			break
 		}
 	}
 
 	// Start probe windows that are due.
 	for id, ds := range st.subflows {
 		if ds.aside && ds.probeUntil.IsZero() && !now.Before(ds.nextProbe) {
+			ds.probeStart, ds.probeBytes = now, c.BytesAcked
 			ds.probeUntil = now.Add(max(d.ProbeWindow, 2*present[id].SRTT))
 		}
 	}
 
-	total, _ = sumActive()
-	cs.ThresholdMbit, cs.SumMbit = threshold*8/1e6, total*8/1e6
+	cs.ThresholdMbit, cs.AggregateMbit = threshold*8/1e6, agg*8/1e6
 	var out []Decision
 	ids := make([]SubflowID, 0, len(st.subflows))
 	for id := range st.subflows {
@@ -221,17 +303,18 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 	for _, id := range ids {
 		ds := st.subflows[id]
 		state, backup := "active", false
-		reason := fmt.Sprintf("active: m %s, aggregate %s vs threshold %s", mbit(ds.m), mbit(total), mbit(threshold))
+		reason := fmt.Sprintf("active: aggregate %s vs threshold %s", mbit(agg), mbit(threshold))
 		switch {
 		case ds.aside && !ds.probeUntil.IsZero():
 			state = "probing"
-			reason = fmt.Sprintf("set aside, probe window for %s (m %s)", fmtMs(ds.probeUntil.Sub(now)), mbit(ds.m))
+			reason = fmt.Sprintf("set aside; probe window for %s", fmtMs(ds.probeUntil.Sub(now)))
 		case ds.aside:
 			state, backup = "set-aside", true
-			reason = fmt.Sprintf("set aside: aggregate fell below the best single subflow %s; next probe in %s", mbit(threshold), fmtMs(ds.nextProbe.Sub(now)))
+			reason = fmt.Sprintf("set aside: aggregate below the best single subflow %s; next probe in %s", mbit(threshold), fmtMs(ds.nextProbe.Sub(now)))
 		}
 		out = append(out, Decision{Token: c.Token, Subflow: id, Backup: backup, Reason: reason})
-		cs.Subflows = append(cs.Subflows, DynThreshSubflowStatus{Subflow: id.String(), MMbit: ds.m * 8 / 1e6, BestMbit: ds.best * 8 / 1e6, State: state})
+		cs.Subflows = append(cs.Subflows, DynThreshSubflowStatus{Subflow: id.String(), MMbit: ds.m * 8 / 1e6,
+			RateMbit: ds.r * 8 / 1e6, BestMbit: ds.best * 8 / 1e6, State: state, SetAside: ds.asides})
 	}
 	return out, cs
 }

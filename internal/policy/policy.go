@@ -30,6 +30,9 @@ func ID(sf observe.Subflow) SubflowID { return SubflowID{sf.Local, sf.Remote} }
 type Conn struct {
 	Token    uint32
 	Subflows []observe.Subflow
+	// BytesAcked is acknowledged at the connection level (MPTCP DATA_ACK:
+	// what the receiver got in order); 0 when unknown.
+	BytesAcked uint64
 }
 
 // Snapshot is what policies see: the time and the connections.
