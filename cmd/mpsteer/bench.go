@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"mpsteer/internal/bench"
 	"mpsteer/internal/lab/check"
 )
 
@@ -25,7 +26,19 @@ var benchmarks = []benchmark{
 	{"lab-check", "link emulator accuracy (mpsteer lab check)", func(ctx context.Context) (any, error) {
 		return check.Run(ctx, check.Options{Progress: os.Stderr})
 	}},
+	{"observe", "cost of one inet_diag sample at 10, 1000 and 10000 subflows", func(ctx context.Context) (any, error) {
+		return bench.Observe(ctx, []int{10, 1000, 10000}, progress)
+	}},
+	{"reaction", "daemon reaction: subflow established → backup flag applied", func(ctx context.Context) (any, error) {
+		bin, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return bench.Reaction(ctx, bin, 200, progress)
+	}},
 }
+
+func progress(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 
 func init() { extraCommands = append(extraCommands, benchCmd) }
 

@@ -339,11 +339,24 @@ func (d *Daemon) react(ev pm.Event) {
 	}
 	sfs = append(sfs, sf)
 	dec := d.engine.Decide(snapshot(ev.Received, sfs, d.lastConns))
-	one, ok := dec[id]
-	if !ok {
+	// Apply what the policies now want for this connection's subflows: a
+	// subflow joining can change the others' fate (the preferred path just
+	// arrived: the initial subflow becomes backup).
+	mine := map[policy.SubflowID]policy.Decision{}
+	var conn []observe.Subflow
+	for _, o := range sfs {
+		if o.Token != ev.Token {
+			continue
+		}
+		if dd, ok := dec[policy.ID(o)]; ok {
+			mine[policy.ID(o)] = dd
+			conn = append(conn, o)
+		}
+	}
+	if len(mine) == 0 {
 		return
 	}
-	acts := d.act.Apply(map[policy.SubflowID]policy.Decision{id: one}, []observe.Subflow{sf}, false)
+	acts := d.act.Apply(mine, conn, false)
 	if len(acts) > 0 {
 		d.reactions = append(d.reactions, time.Since(ev.Received))
 		if n := len(d.reactions); n > 10000 {

@@ -15,8 +15,7 @@ import (
 // DynThresh is the extended dynamic threshold scheduler (paper:
 // asymmetric-subflows-dynamic-threshold). The threshold is the best
 // single-subflow throughput recorded; when the connection's aggregate
-// falls below it, the worst subflow (by the paper's metric m =
-// cwnd·MSS/SRTT) is set aside, i.e. made backup. A set-aside subflow gets a
+// falls below it, the worst subflow is set aside, i.e. made backup. A set-aside subflow gets a
 // short transmit window every probe interval so its numbers stay fresh,
 // and returns when the aggregate with it beats the threshold again.
 //
@@ -27,7 +26,7 @@ import (
 // swings threefold between samples under BBR, and a sum of estimates
 // cannot see head-of-line blocking, which is what a bad path does to the
 // good one. Metric "estimate" runs the paper's rule literally (aggregate
-// = Σm, threshold = best m) for comparison.
+// = Σm, threshold = best m, worst = lowest m) for comparison.
 //
 // Each probe costs the connection a little (data sent on the bad path
 // arrives late), so the interval doubles after every failed probe, up to
@@ -267,7 +266,7 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 		}
 	}
 	if agg < threshold && len(active) > 1 {
-		sort.Slice(active, func(i, j int) bool { return st.subflows[active[i]].m < st.subflows[active[j]].m })
+		sort.Slice(active, func(i, j int) bool { return d.worse(st.subflows[active[i]], st.subflows[active[j]]) })
 		for _, id := range active {
 			ds := st.subflows[id]
 			warm := d.Warmup
@@ -317,6 +316,25 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 			RateMbit: ds.r * 8 / 1e6, BestMbit: ds.best * 8 / 1e6, State: state, SetAside: ds.asides})
 	}
 	return out, cs
+}
+
+// worse orders subflows worst first. The paper ranks by m, but m is
+// misleading exactly when it matters: a path starved by head-of-line
+// blocking goes idle and the kernel shrinks its cwnd after idle, so the
+// good path looks worst. Measured, a subflow is worse when the best it has
+// shown is clearly lower (by a fifth); between similar subflows, the one
+// doing worse right now (a flooded path) is.
+func (d *DynThresh) worse(a, b *dtSubflow) bool {
+	if d.estimate() {
+		return a.m < b.m
+	}
+	switch {
+	case a.best < 0.8*b.best:
+		return true
+	case b.best < 0.8*a.best:
+		return false
+	}
+	return a.r < b.r
 }
 
 // Status reports the last round.

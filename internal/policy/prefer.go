@@ -35,7 +35,11 @@ type Prefer struct {
 	// inflates its SRTT against idle paths; a few seconds' minimum keeps
 	// that out of δ while a real change of latency still shows.
 	RTTWindow time.Duration
-	env       Env
+	// MinDelta is a floor under δ: on sub-millisecond paths (a LAN, veth)
+	// RTTs jitter by multiples of themselves, and a few milliseconds more
+	// are no reason to drop the user's choice.
+	MinDelta time.Duration
+	env      Env
 	conns     map[uint32]*preferConn
 	rtts      map[SubflowID]*rttWindow
 	status    PreferStatus
@@ -104,6 +108,7 @@ func init() {
 		p.K = m.Float("k", p.K, 1, 100)
 		p.RTOMax = m.Duration("rto_max", p.RTOMax)
 		p.RTTWindow = m.Duration("rtt_window", p.RTTWindow)
+		p.MinDelta = m.Duration("min_delta", p.MinDelta)
 		if p.RTOMax != 0 && (p.RTOMax < time.Second || p.RTOMax > 120*time.Second) {
 			m.Errorf("rto_max", "%v is outside what the kernel accepts for TCP_RTO_MAX_MS (1s to 120s; 0s keeps the default)", p.RTOMax)
 		}
@@ -123,7 +128,7 @@ func checkTarget(t string) error {
 
 // NewPrefer makes the policy with the paper's defaults (k = 2).
 func NewPrefer(env Env) *Prefer {
-	return &Prefer{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}}
+	return &Prefer{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, MinDelta: 5 * time.Millisecond, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}}
 }
 
 // Name is "prefer".
@@ -261,9 +266,21 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 			minRTT = r
 		}
 	}
-	if len(rank) == 0 || len(pref) == 0 {
-		cs.State = "no-preferred-subflow"
+	if len(rank) == 0 {
+		cs.State = "no-preference"
 		return nil
+	}
+	if len(pref) == 0 {
+		// The preferred path has not joined yet (a connection starts on the
+		// route's path). Backup costs nothing while it is the only subflow
+		// (the kernel uses a backup subflow when nothing else is usable),
+		// and when the preferred subflow arrives, data moves at once.
+		cs.State = "waiting-for-preferred-subflow"
+		var out []Decision
+		for _, sf := range c.Subflows {
+			out = append(out, Decision{Token: c.Token, Subflow: ID(sf), Backup: true, Reason: "backup until a preferred subflow joins"})
+		}
+		return out
 	}
 	sort.SliceStable(pref, func(i, j int) bool { return rank[pref[i].Local.Addr()] < rank[pref[j].Local.Addr()] })
 	st := p.conns[c.Token]
@@ -271,7 +288,7 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		st = &preferConn{since: now}
 		p.conns[c.Token] = st
 	}
-	delta := time.Duration(p.K * float64(minRTT))
+	delta := max(time.Duration(p.K*float64(minRTT)), p.MinDelta)
 	cs.DeltaMs = float64(delta) / 1e6
 
 	var chosen *observe.Subflow
