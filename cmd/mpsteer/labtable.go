@@ -48,4 +48,3 @@ func labTableCmd() *cobra.Command {
 	c.Flags().StringVar(&metric, "metric", "goodput_mbit", "goodput_mbit or a key of a summary's metrics (e.g. goodput_after_last_event_mbit)")
 	return c
 }
-

@@ -21,13 +21,13 @@ import (
 
 // ObserveResult is the cost of one sample at a number of subflows.
 type ObserveResult struct {
-	Subflows        int     `json:"subflows"`
-	Samples         int     `json:"samples"`
-	MedianUs        float64 `json:"median_us_per_sample"`
-	P90Us           float64 `json:"p90_us_per_sample"`
-	NsPerSubflow    float64 `json:"ns_per_subflow"`
-	AllocBytes      float64 `json:"alloc_bytes_per_sample"`
-	SetupConnsPerS  float64 `json:"setup_connections_per_s"`
+	Subflows       int     `json:"subflows"`
+	Samples        int     `json:"samples"`
+	MedianUs       float64 `json:"median_us_per_sample"`
+	P90Us          float64 `json:"p90_us_per_sample"`
+	NsPerSubflow   float64 `json:"ns_per_subflow"`
+	AllocBytes     float64 `json:"alloc_bytes_per_sample"`
+	SetupConnsPerS float64 `json:"setup_connections_per_s"`
 }
 
 // Observe measures observe.Sampler.Subflows with n MPTCP subflows alive in

@@ -25,14 +25,14 @@ import (
 // the peer sees it (its "subflow priority" event, after our MP_PRIO
 // crossed the link). Both events are read by this harness with one clock.
 type ReactionResult struct {
-	Samples         int     `json:"samples"`
-	MedianUs        float64 `json:"median_us"`
-	P99Us           float64 `json:"p99_us"`
-	MinUs           float64 `json:"min_us"`
-	DaemonMedianUs  float64 `json:"daemon_internal_median_us"`
-	DaemonP99Us     float64 `json:"daemon_internal_p99_us"`
-	PaperMptcpdUs   float64 `json:"emptcp_paper_mptcpd_us"`
-	Setup           string  `json:"setup"`
+	Samples        int     `json:"samples"`
+	MedianUs       float64 `json:"median_us"`
+	P99Us          float64 `json:"p99_us"`
+	MinUs          float64 `json:"min_us"`
+	DaemonMedianUs float64 `json:"daemon_internal_median_us"`
+	DaemonP99Us    float64 `json:"daemon_internal_p99_us"`
+	PaperMptcpdUs  float64 `json:"emptcp_paper_mptcpd_us"`
+	Setup          string  `json:"setup"`
 }
 
 func listen(ns string) (*pm.EventListener, error) {

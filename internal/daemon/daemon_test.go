@@ -23,12 +23,12 @@ import (
 
 func TestConfigErrorsNameTheKey(t *testing.T) {
 	cases := map[string]string{
-		"policies: []":                               "",
-		"interval: 100":                              `c.yaml:1: interval: duration "100" has no unit`,
-		"policies: [{name: prefer, colour: blue}]":   `c.yaml:1: policies[0].colour: unknown key "colour"`,
+		"policies: []":  "",
+		"interval: 100": `c.yaml:1: interval: duration "100" has no unit`,
+		"policies: [{name: prefer, colour: blue}]":      `c.yaml:1: policies[0].colour: unknown key "colour"`,
 		"policies:\n  - name: prefer\n  - name: prefer": `c.yaml:3: policies[1].name: policy "prefer" is listed twice`,
-		"backup_via: magic":                          `backup_via: "magic" is not valid (valid: auto, endpoint, subflow)`,
-		"polices: []":                                `unknown key "polices"`,
+		"backup_via: magic":                             `backup_via: "magic" is not valid (valid: auto, endpoint, subflow)`,
+		"polices: []":                                   `unknown key "polices"`,
 	}
 	for src, want := range cases {
 		_, err := daemon.ParseConfig("c.yaml", []byte(src), policy.Env{})

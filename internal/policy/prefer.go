@@ -40,9 +40,9 @@ type Prefer struct {
 	// are no reason to drop the user's choice.
 	MinDelta time.Duration
 	env      Env
-	conns     map[uint32]*preferConn
-	rtts      map[SubflowID]*rttWindow
-	status    PreferStatus
+	conns    map[uint32]*preferConn
+	rtts     map[SubflowID]*rttWindow
+	status   PreferStatus
 }
 
 // rttWindow keeps recent SRTT samples of one subflow.
