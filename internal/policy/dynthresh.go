@@ -257,8 +257,11 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 
 	// The rule: aggregate below the best single subflow → set aside the
 	// worst active subflow, one per round so that a single bad sample does
-	// not empty the connection. An initial subflow in its warm-up is not a
-	// candidate.
+	// not empty the connection. Only the worst is a candidate, with one
+	// exception: an initial subflow in its warm-up (a far path needs many
+	// RTTs to show its worth) passes the turn to the next worst. A joined
+	// subflow in its short warm-up, or one that is clearly the best path
+	// (its best beats every other's by a quarter), ends the round.
 	var active []SubflowID
 	for id, ds := range st.subflows {
 		if !ds.aside {
@@ -269,12 +272,12 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 		sort.Slice(active, func(i, j int) bool { return d.worse(st.subflows[active[i]], st.subflows[active[j]]) })
 		for _, id := range active {
 			ds := st.subflows[id]
-			warm := d.Warmup
-			if ds.initial {
-				warm = max(warm, time.Duration(d.WarmupRTTs*float64(present[id].SRTT)))
-			}
-			if now.Sub(ds.firstSeen) < warm {
+			age := now.Sub(ds.firstSeen)
+			if ds.initial && age < max(d.Warmup, time.Duration(d.WarmupRTTs*float64(present[id].SRTT))) {
 				continue
+			}
+			if age < d.Warmup || d.clearlyBest(ds, st, active) {
+				break
 			}
 			ds.aside = true
 			ds.asides++
@@ -316,6 +319,18 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 			RateMbit: ds.r * 8 / 1e6, BestMbit: ds.best * 8 / 1e6, State: state, SetAside: ds.asides})
 	}
 	return out, cs
+}
+
+// clearlyBest reports whether ds has shown clearly more than every other
+// active subflow: setting it aside would contradict the threshold it sets.
+func (d *DynThresh) clearlyBest(ds *dtSubflow, st *dtConn, active []SubflowID) bool {
+	for _, id := range active {
+		o := st.subflows[id]
+		if o != ds && ds.best <= 1.25*o.best {
+			return false
+		}
+	}
+	return true
 }
 
 // worse orders subflows worst first. The paper ranks by m, but m is

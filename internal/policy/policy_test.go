@@ -396,3 +396,27 @@ func TestDynThreshBacksOffFailedProbes(t *testing.T) {
 		}
 	}
 }
+
+func TestDynThreshNeverSetsAsideTheGoodPathForALateJoiner(t *testing.T) {
+	d := NewDynThresh()
+	// The good initial subflow runs alone for a second, then a far, slow
+	// subflow joins and the aggregate collapses (Table 1 #4). The joiner
+	// must go, the good path must stay, whatever the joiner's age.
+	s := newSim(sf("10.1.0.1", 1, 5*ms, 400))
+	for i := 0; i < 10; i++ {
+		s.step(d, 380*mbps, 380*mbps)
+	}
+	s.sfs = append(s.sfs, sf("10.2.0.1", 2, 400*ms, 10))
+	s.sfs[1].LocalID = 1
+	asideBad := false
+	for i := 0; i < 50; i++ {
+		dec := s.step(d, 4*mbps, 0, 4*mbps) // HoL: nothing moves but the slow path
+		if dec["10.1.0.1"] {
+			t.Fatalf("step %d: the good path was set aside", i)
+		}
+		asideBad = asideBad || dec["10.2.0.1"]
+	}
+	if !asideBad {
+		t.Fatal("the slow joiner was never set aside")
+	}
+}
