@@ -28,6 +28,10 @@ import (
 // good one. Metric "estimate" runs the paper's rule literally (aggregate
 // = Σm, threshold = best m, worst = lowest m) for comparison.
 //
+// The aggregate must fall below the threshold by a margin before anything
+// is set aside, and a probe must make the aggregate measurably better for
+// the subflow to come back (see Margin).
+//
 // Each probe costs the connection a little (data sent on the bad path
 // arrives late), so the interval doubles after every failed probe, up to
 // MaxProbeInterval, and starts again at ProbeInterval when the subflow
@@ -42,8 +46,11 @@ type DynThresh struct {
 	ProbeWindow      time.Duration // at least 2 SRTT of the probed subflow
 	Warmup           time.Duration
 	WarmupRTTs       float64
-	// Margin is the hysteresis of taking a subflow back: the aggregate with
-	// it must beat the threshold by this fraction.
+	// Margin is the hysteresis, both ways: a subflow is set aside when the
+	// aggregate falls below the threshold by this fraction, and taken back
+	// when the aggregate during its probe beat the aggregate before it by
+	// this fraction. Throughput measured over a window is noisy (ACKs come
+	// in bursts): without a margin, noise alone would decide.
 	Margin float64
 	conns  map[uint32]*dtConn
 	status []DynThreshConnStatus
@@ -87,6 +94,7 @@ type dtSubflow struct {
 	probeUntil time.Time
 	probeStart time.Time
 	probeBytes uint64
+	probeFrom  float64 // the aggregate when the probe started
 	nextProbe  time.Time
 	interval   time.Duration
 	asides     int
@@ -143,8 +151,8 @@ func init() {
 
 // NewDynThresh makes the policy with its defaults.
 func NewDynThresh() *DynThresh {
-	return &DynThresh{Metric: "measured", Window: 500 * time.Millisecond, ProbeInterval: time.Second,
-		MaxProbeInterval: 8 * time.Second, ProbeWindow: 200 * time.Millisecond, Warmup: 200 * time.Millisecond,
+	return &DynThresh{Metric: "measured", Window: time.Second, ProbeInterval: time.Second,
+		MaxProbeInterval: 8 * time.Second, ProbeWindow: 300 * time.Millisecond, Warmup: 200 * time.Millisecond,
 		WarmupRTTs: 10, Margin: 0.1, conns: map[uint32]*dtConn{}}
 }
 
@@ -247,7 +255,11 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 			during = sumM + ds.m
 		}
 		ds.probeUntil = time.Time{}
-		if during >= threshold*(1+d.Margin) {
+		better := during >= ds.probeFrom*(1+d.Margin)
+		if d.estimate() {
+			better = during >= threshold*(1+d.Margin)
+		}
+		if better {
 			ds.aside = false
 		} else {
 			ds.interval = min(2*ds.interval, d.MaxProbeInterval)
@@ -268,7 +280,7 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 			active = append(active, id)
 		}
 	}
-	if agg < threshold && len(active) > 1 {
+	if agg < threshold*(1-d.Margin) && len(active) > 1 {
 		sort.Slice(active, func(i, j int) bool { return d.worse(st.subflows[active[i]], st.subflows[active[j]]) })
 		for _, id := range active {
 			ds := st.subflows[id]
@@ -290,7 +302,7 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 	// Start probe windows that are due.
 	for id, ds := range st.subflows {
 		if ds.aside && ds.probeUntil.IsZero() && !now.Before(ds.nextProbe) {
-			ds.probeStart, ds.probeBytes = now, c.BytesAcked
+			ds.probeStart, ds.probeBytes, ds.probeFrom = now, c.BytesAcked, agg
 			ds.probeUntil = now.Add(max(d.ProbeWindow, 2*present[id].SRTT))
 		}
 	}

@@ -1,0 +1,784 @@
+// SPDX-License-Identifier: GPL-2.0
+// mpsteer's chain entry and built-in selectors and actors. Each is its
+// own small program; a chain links them with tail calls (see
+// mpsteer_chain.h). Checksums are fixed with the kernel's helpers, which
+// do the right thing for every skb->ip_summed state.
+#include "mpsteer_chain.h"
+#include <bpf/bpf_core_read.h>
+
+#define AF_INET 2
+#define AF_INET6 10
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+#define TCP_FIN 0x01
+#define IP_MF 0x2000
+#define IP_OFFMASK 0x1fff
+#define BPF_F_CURRENT_NETNS (-1L)
+#define CHECKSUM_PARTIAL 3
+
+/* chain id -> descriptor slot + 1 (0: no chain) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MPSTEER_MAX_CHAINS);
+	__type(key, __u32);
+	__type(value, __u32);
+} mpsteer_active SEC(".maps");
+
+/* ADD_ADDR options withheld by strip_add_addr. */
+struct withheld_key {
+	__u32 chain;
+	__u32 addr_id;
+	__u32 saddr[4], daddr[4];
+	__u16 sport, dport;
+	__u32 v6;
+};
+
+struct withheld_val {
+	__u64 ns;
+	__u32 len;
+	__u32 release; /* set by userspace: put it back into the next packet */
+	__u8 opt[32];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct withheld_key);
+	__type(value, struct withheld_val);
+} mpsteer_withheld SEC(".maps");
+
+volatile const __u32 chain_id = 0;
+
+/* ---- parsing ---------------------------------------------------------- */
+
+struct tcpinfo {
+	__u8 flags;
+	__u32 types;
+};
+
+/* classify walks the TCP options once and sets the packet type bits. */
+static __always_inline __u32 classify(struct __sk_buff *skb, __u32 l4, __u32 thlen, __u8 flags)
+{
+	__u8 opt[40] = {};
+	__u32 olen = thlen - 20;
+	__u32 types = 0;
+	if (flags & TCP_FIN)
+		types |= T_FIN;
+	if (flags & TCP_RST)
+		types |= T_RST;
+	if (olen > 40)
+		return types;
+	if (olen && bpf_skb_load_bytes(skb, l4 + 20, opt, olen & 0x3f))
+		return types;
+	int syn = flags & TCP_SYN, ack = flags & TCP_ACK;
+	__u32 i = 0;
+	for (int n = 0; n < 40; n++) {
+		if (i >= olen || i >= 40)
+			break;
+		__u8 kind = opt[i & 0x3f & 0x27];
+		if (kind == TCPOPT_EOL)
+			break;
+		if (kind == TCPOPT_NOP) {
+			i++;
+			continue;
+		}
+		if (i + 1 >= olen || i + 1 >= 40)
+			break;
+		__u8 len = opt[(i + 1) & 0x27];
+		if (len < 2 || i + len > olen)
+			break;
+		if (kind == TCPOPT_MPTCP && len >= 3 && i + 2 < 40) {
+			__u8 sub = opt[(i + 2) & 0x27] >> 4;
+			types |= T_MPTCP;
+			switch (sub) {
+			case MPTCP_SUB_CAPABLE:
+				if (syn && !ack)
+					types |= T_MPC_SYN;
+				break;
+			case MPTCP_SUB_JOIN:
+				if (syn && !ack)
+					types |= T_JOIN_SYN;
+				else if (syn && ack)
+					types |= T_JOIN_SYNACK;
+				else if (ack)
+					types |= T_JOIN_ACK;
+				break;
+			case MPTCP_SUB_DSS:
+				if (len >= 4 && i + 3 < 40) {
+					__u8 f = opt[(i + 3) & 0x27];
+					if (f & 0x04)
+						types |= T_DATA;
+					else if (f & 0x01)
+						types |= T_DATA_ACK;
+				}
+				break;
+			case MPTCP_SUB_ADD_ADDR:
+				types |= T_ADD_ADDR;
+				break;
+			case MPTCP_SUB_REMOVE_ADDR:
+				types |= T_REMOVE_ADDR;
+				break;
+			case MPTCP_SUB_PRIO:
+				types |= T_MP_PRIO;
+				break;
+			case MPTCP_SUB_FAIL:
+				types |= T_MP_FAIL;
+				break;
+			case MPTCP_SUB_FASTCLOSE:
+				types |= T_FASTCLOSE;
+				break;
+			}
+		}
+		i += len;
+	}
+	return types;
+}
+
+/* The chain's entry: parse IPv4/IPv6 + TCP once, record offsets and the
+ * packet type in skb->cb, and start the chain. Anything that is not a
+ * well-formed TCP segment leaves untouched. */
+SEC("tc")
+int mpsteer_entry(struct __sk_buff *skb)
+{
+	__u32 id = chain_id;
+	__u32 *active = bpf_map_lookup_elem(&mpsteer_active, &id);
+	if (!active || *active == 0)
+		return TCX_NEXT;
+	__u32 slot = *active - 1;
+	struct mpsteer_chain *c = chain_of(slot);
+	if (!c || c->n == 0)
+		return TCX_NEXT;
+	struct mpsteer_stats *st = stats_of(id);
+	if (st) {
+		st->seen++;
+		if (!st->first_ns)
+			st->first_ns = bpf_ktime_get_ns();
+	}
+	__u32 l3 = c->l2len & 0x3f, l4, v6 = 0;
+	__u8 ip[40];
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, l3, ip, 20))
+			return TCX_NEXT;
+		__u32 ihl = (ip[0] & 0xf) * 4;
+		if ((ip[0] >> 4) != 4 || ihl < 20 || ip[9] != IPPROTO_TCP)
+			return TCX_NEXT;
+		__u16 frag = ((__u16)ip[6] << 8 | ip[7]) & (IP_MF | IP_OFFMASK);
+		if (frag)
+			return TCX_NEXT;
+		l4 = l3 + ihl;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, l3, ip, 40))
+			return TCX_NEXT;
+		if ((ip[0] >> 4) != 6 || ip[6] != IPPROTO_TCP)
+			return TCX_NEXT; /* extension headers are not followed */
+		l4 = l3 + 40;
+		v6 = 1;
+	} else {
+		return TCX_NEXT;
+	}
+	__u8 th[20];
+	if (bpf_skb_load_bytes(skb, l4, th, 20))
+		return TCX_NEXT;
+	__u32 thlen = (th[12] >> 4) * 4;
+	if (thlen < 20 || l4 + thlen > skb->len)
+		return TCX_NEXT;
+	__u32 types = classify(skb, l4, thlen, th[13]);
+	skb->cb[1] = l3 | (l4 << 8) | (v6 << 16) | ((thlen / 4) << 24);
+	skb->cb[2] = types;
+	skb->cb[3] = 0;
+	skb->cb[4] = 0;
+	return mpsteer_goto(skb, c, slot, 0);
+}
+
+/* ---- selectors -------------------------------------------------------- */
+
+/* Addresses and ports of the packet, network order. */
+struct addrs {
+	__u32 src[4], dst[4];
+	__u16 sport, dport;
+};
+
+static __always_inline int load_addrs(struct __sk_buff *skb, struct pkt *p, struct addrs *a)
+{
+	__builtin_memset(a, 0, sizeof(*a));
+	if (p->v6) {
+		if (bpf_skb_load_bytes(skb, p->l3 + 8, a->src, 16) || bpf_skb_load_bytes(skb, p->l3 + 24, a->dst, 16))
+			return -1;
+	} else {
+		if (bpf_skb_load_bytes(skb, p->l3 + 12, &a->src[0], 4) || bpf_skb_load_bytes(skb, p->l3 + 16, &a->dst[0], 4))
+			return -1;
+	}
+	__u16 ports[2];
+	if (bpf_skb_load_bytes(skb, p->l4, ports, 4))
+		return -1;
+	a->sport = ports[0];
+	a->dport = ports[1];
+	return 0;
+}
+
+/* tuple: exact addresses and ports, each optional (zero = any). */
+struct tuple_args {
+	__u8 v6;
+	__u8 has_src, has_dst;
+	__u8 pad;
+	__u16 sport, dport; /* network order; 0 = any */
+	__u32 src[4], dst[4];
+};
+
+static __always_inline int eq_addr(const __u32 *a, const __u32 *b, int v6)
+{
+	if (a[0] != b[0])
+		return 0;
+	if (!v6)
+		return 1;
+	return a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+SEC("tc")
+int sel_tuple(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
+	if (!s)
+		return TCX_NEXT;
+	struct tuple_args *t = (void *)s->args;
+	struct addrs a;
+	int m = 0;
+	if (t->v6 == p.v6 && load_addrs(skb, &p, &a) == 0) {
+		m = (!t->has_src || eq_addr(a.src, t->src, p.v6)) &&
+		    (!t->has_dst || eq_addr(a.dst, t->dst, p.v6)) &&
+		    (!t->sport || a.sport == t->sport) && (!t->dport || a.dport == t->dport);
+	}
+	return mpsteer_selected(skb, &p, c, m);
+}
+
+/* prefix: source or destination within a prefix. */
+struct prefix_args {
+	__u8 v6;
+	__u8 dst; /* 0: source, 1: destination */
+	__u8 bits;
+	__u8 pad;
+	__u32 addr[4];
+};
+
+static __always_inline int in_prefix(const __u32 *a, const __u32 *net, __u32 bits, int words)
+{
+	for (int i = 0; i < 4; i++) {
+		if (i >= words)
+			break;
+		__u32 take = bits > 32 ? 32 : bits;
+		if (take == 0)
+			return 1;
+		__u32 mask = bpf_htonl(take == 32 ? 0xffffffff : ~(0xffffffffu >> take));
+		if ((a[i] & mask) != (net[i] & mask))
+			return 0;
+		bits -= take;
+	}
+	return 1;
+}
+
+SEC("tc")
+int sel_prefix(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
+	if (!s)
+		return TCX_NEXT;
+	struct prefix_args *t = (void *)s->args;
+	struct addrs a;
+	int m = 0;
+	if (t->v6 == p.v6 && load_addrs(skb, &p, &a) == 0)
+		m = in_prefix(t->dst ? a.dst : a.src, t->addr, t->bits, p.v6 ? 4 : 1);
+	return mpsteer_selected(skb, &p, c, m);
+}
+
+/* seq: subflow sequence number (kind 0) or DSS data sequence number
+ * (kind 1) in [lo, hi), with wrap-around. */
+struct seq_args {
+	__u32 kind;
+	__u32 pad;
+	__u64 lo, hi;
+};
+
+/* dss_dsn finds the data sequence number of a DSS mapping. */
+static __always_inline int dss_dsn(struct __sk_buff *skb, struct pkt *p, __u64 *dsn, int *wide)
+{
+	__u8 opt[40] = {};
+	__u32 olen = p->thlen - 20;
+	if (olen > 40 || olen == 0)
+		return -1;
+	if (bpf_skb_load_bytes(skb, p->l4 + 20, opt, olen & 0x3f))
+		return -1;
+	__u32 i = 0;
+	for (int n = 0; n < 40; n++) {
+		if (i >= olen || i >= 40)
+			break;
+		__u8 kind = opt[i & 0x27];
+		if (kind == TCPOPT_EOL)
+			break;
+		if (kind == TCPOPT_NOP) {
+			i++;
+			continue;
+		}
+		if (i + 1 >= 40)
+			break;
+		__u8 len = opt[(i + 1) & 0x27];
+		if (len < 2 || i + len > olen)
+			break;
+		if (kind == TCPOPT_MPTCP && len >= 4 && i + 3 < 40 && (opt[(i + 2) & 0x27] >> 4) == MPTCP_SUB_DSS) {
+			__u8 f = opt[(i + 3) & 0x27];
+			if (!(f & 0x04))
+				return -1;
+			__u32 off = i + 4;
+			if (f & 0x01)
+				off += (f & 0x02) ? 8 : 4;
+			*wide = (f & 0x08) != 0;
+			__u64 v = 0;
+			__u32 bytes = *wide ? 8 : 4;
+			if (off + bytes > i + len || off + bytes > 40)
+				return -1;
+			for (int k = 0; k < 8; k++) {
+				if (k >= bytes)
+					break;
+				v = (v << 8) | opt[(off + k) & 0x27];
+			}
+			*dsn = v;
+			return 0;
+		}
+		i += len;
+	}
+	return -1;
+}
+
+SEC("tc")
+int sel_seq(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
+	if (!s)
+		return TCX_NEXT;
+	struct seq_args *t = (void *)s->args;
+	int m = 0;
+	if (t->kind == 0) {
+		__u32 seq;
+		if (bpf_skb_load_bytes(skb, p.l4 + 4, &seq, 4) == 0) {
+			__u32 v = bpf_ntohl(seq), lo = t->lo, hi = t->hi;
+			m = (v - lo) < (hi - lo);
+		}
+	} else {
+		__u64 dsn;
+		int wide = 0;
+		if (dss_dsn(skb, &p, &dsn, &wide) == 0) {
+			if (wide)
+				m = (dsn - t->lo) < (t->hi - t->lo);
+			else
+				m = ((__u32)dsn - (__u32)t->lo) < ((__u32)t->hi - (__u32)t->lo);
+		}
+	}
+	return mpsteer_selected(skb, &p, c, m);
+}
+
+/* type: any of the packet types in the mask. */
+SEC("tc")
+int sel_type(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
+	if (!s)
+		return TCX_NEXT;
+	__u32 mask = *(__u32 *)s->args;
+	return mpsteer_selected(skb, &p, c, (p.types & mask) != 0);
+}
+
+/* ---- actors ----------------------------------------------------------- */
+
+SEC("tc")
+int act_drop(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	if (mpsteer_this(skb, &p, &c))
+		mpsteer_count(c, 1);
+	return TCX_DROP;
+}
+
+struct mark_args {
+	__u32 mark, priority;
+	__u8 set_mark, set_priority;
+};
+
+SEC("tc")
+int act_mark(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
+	if (!s)
+		return TCX_NEXT;
+	struct mark_args *a = (void *)s->args;
+	if (a->set_mark)
+		skb->mark = a->mark;
+	if (a->set_priority)
+		skb->priority = a->priority; /* a tc classid: HTB classifies by it */
+	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+}
+
+SEC("tc")
+int act_count(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	if (!mpsteer_this(skb, &p, &c))
+		return TCX_NEXT;
+	__u32 key = p.slot * MPSTEER_MAX_STEPS + p.step;
+	__u64 *v = bpf_map_lookup_elem(&mpsteer_step_count, &key);
+	if (v) {
+		v[0]++;
+		v[1] += skb->len;
+	}
+	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+}
+
+/* The local TCP socket this packet belongs to (ingress: the packet is for
+ * it; egress: it comes from it). The caller releases it. */
+static __always_inline struct bpf_sock *local_sock(struct __sk_buff *skb, struct pkt *p, int egress)
+{
+	struct addrs a;
+	if (load_addrs(skb, p, &a))
+		return 0;
+	struct bpf_sock_tuple t = {};
+	__u32 size;
+	if (p->v6) {
+		__builtin_memcpy(t.ipv6.saddr, egress ? a.dst : a.src, 16);
+		__builtin_memcpy(t.ipv6.daddr, egress ? a.src : a.dst, 16);
+		t.ipv6.sport = egress ? a.dport : a.sport;
+		t.ipv6.dport = egress ? a.sport : a.dport;
+		size = sizeof(t.ipv6);
+	} else {
+		t.ipv4.saddr = egress ? a.dst[0] : a.src[0];
+		t.ipv4.daddr = egress ? a.src[0] : a.dst[0];
+		t.ipv4.sport = egress ? a.dport : a.sport;
+		t.ipv4.dport = egress ? a.sport : a.dport;
+		size = sizeof(t.ipv4);
+	}
+	return bpf_skc_lookup_tcp(skb, &t, size, BPF_F_CURRENT_NETNS, 0);
+}
+
+/* Rewrite a 16-bit word of the TCP header, keeping the checksum right. */
+static __always_inline int tcp_store16(struct __sk_buff *skb, struct pkt *p, __u32 off, __u16 oldv, __u16 newv)
+{
+	if (bpf_l4_csum_replace(skb, p->l4 + 16, oldv, newv, 2))
+		return -1;
+	return bpf_skb_store_bytes(skb, p->l4 + off, &newv, 2, 0);
+}
+
+/* clamp_rwnd: lower the receive window advertised in the packet so that
+ * the sender of the packet's subflow can have at most `window` bytes (or
+ * rate × SRTT) in flight. Aware of window scaling; never on SYNs. */
+struct clamp_args {
+	__u64 rate;   /* bytes per second; 0: use window */
+	__u32 window; /* bytes */
+	__u32 egress;
+};
+
+SEC("tc")
+int act_clamp_rwnd(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
+	if (!s)
+		return TCX_NEXT;
+	struct clamp_args *a = (void *)s->args;
+	__u8 th[16];
+	if (bpf_skb_load_bytes(skb, p.l4, th, 16))
+		goto skip;
+	if (th[13] & TCP_SYN)
+		goto next; /* SYN windows are not scaled: never touched */
+	struct bpf_sock *sk = local_sock(skb, &p, a->egress);
+	if (!sk)
+		goto skip;
+	__u32 wscale = 0, srtt = 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (tp) {
+		/* Ingress: the peer's window, scaled by its shift (our
+		 * snd_wscale). Egress: ours, scaled by rcv_wscale. */
+		if (a->egress)
+			wscale = BPF_CORE_READ_BITFIELD(&tp->rx_opt, rcv_wscale);
+		else
+			wscale = BPF_CORE_READ_BITFIELD(&tp->rx_opt, snd_wscale);
+		srtt = tp->srtt_us >> 3;
+	}
+	bpf_sk_release(sk);
+	if (!tp)
+		goto skip;
+	__u64 want = a->window;
+	if (a->rate) {
+		if (!srtt)
+			goto skip;
+		want = a->rate * srtt / 1000000;
+		if (want < 1448)
+			want = 1448;
+	}
+	__u16 old = (__u16)th[14] << 8 | th[15];
+	__u64 scaled = (want + (1u << wscale) - 1) >> wscale;
+	if (scaled == 0)
+		scaled = 1;
+	if (scaled >= old)
+		goto next; /* only ever lower it */
+	if (tcp_store16(skb, &p, 14, bpf_htons(old), bpf_htons((__u16)scaled)))
+		goto skip;
+	mpsteer_count(c, 0);
+	goto next;
+skip:
+	mpsteer_count(c, 2);
+next:
+	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+}
+
+/* insert_opt grows the TCP header by len (a multiple of 4, ≤ 32) and
+ * writes opt at its end. Lengths and checksums are fixed: IP total or
+ * payload length, and the TCP checksum for the pseudo-header length, the
+ * data-offset word and the new bytes, all through the kernel's helpers. */
+static __always_inline int insert_opt(struct __sk_buff *skb, struct pkt *p, __u8 *opt, __u32 len)
+{
+	if (len == 0 || len > 32 || (len & 3) || p->thlen + len > 60)
+		return -1;
+	__u8 hdr[60];
+	__u32 thlen = p->thlen;
+	if (thlen > 60 || thlen < 20)
+		return -1;
+	if (bpf_skb_load_bytes(skb, p->l4, hdr, thlen & 0x3f))
+		return -1;
+	/* A packet the stack has not checksummed yet (CHECKSUM_PARTIAL, e.g.
+	 * from a local sender over veth) keeps its offload state; any other
+	 * is verified by the stack again, against the checksum fixed here. */
+	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+	__u8 partial = BPF_CORE_READ_BITFIELD(kskb, ip_summed) == CHECKSUM_PARTIAL;
+	__u64 flags = partial ? BPF_F_ADJ_ROOM_NO_CSUM_RESET : 0;
+	if (bpf_skb_adjust_room(skb, len, BPF_ADJ_ROOM_NET, flags))
+		return -1;
+	/* The room opened between IP and TCP: move the header back to the
+	 * front, leaving the room at its end for the option. */
+	if (bpf_skb_store_bytes(skb, p->l4, hdr, thlen & 0x3f, 0))
+		return -2;
+	if (bpf_skb_store_bytes(skb, p->l4 + thlen, opt, len & 0x3f, 0))
+		return -2;
+	__u16 oldw = (__u16)hdr[12] << 8 | hdr[13];
+	__u16 neww = (((thlen + len) / 4) << 12) | (oldw & 0x0fff);
+	__u16 nw = bpf_htons(neww);
+	if (bpf_skb_store_bytes(skb, p->l4 + 12, &nw, 2, 0))
+		return -2;
+	/* IP length. */
+	__u32 tcplen_old, tcplen_new;
+	if (p->v6) {
+		__u16 pl;
+		if (bpf_skb_load_bytes(skb, p->l3 + 4, &pl, 2))
+			return -2;
+		__u16 npl = bpf_htons(bpf_ntohs(pl) + len);
+		if (bpf_skb_store_bytes(skb, p->l3 + 4, &npl, 2, 0))
+			return -2;
+		tcplen_old = bpf_ntohs(pl);
+	} else {
+		__u16 tl;
+		if (bpf_skb_load_bytes(skb, p->l3 + 2, &tl, 2))
+			return -2;
+		__u16 ntl = bpf_htons(bpf_ntohs(tl) + len);
+		if (bpf_l3_csum_replace(skb, p->l3 + 10, tl, ntl, 2))
+			return -2;
+		if (bpf_skb_store_bytes(skb, p->l3 + 2, &ntl, 2, 0))
+			return -2;
+		tcplen_old = bpf_ntohs(tl) - (p->l4 - p->l3);
+	}
+	tcplen_new = tcplen_old + len;
+	/* TCP checksum: the pseudo-header's length, then the segment's own
+	 * changes (skipped by the helper for CHECKSUM_PARTIAL, where the
+	 * field holds only the pseudo-header sum). */
+	if (bpf_l4_csum_replace(skb, p->l4 + 16, bpf_htonl(tcplen_old), bpf_htonl(tcplen_new), BPF_F_PSEUDO_HDR | 4))
+		return -2;
+	if (bpf_l4_csum_replace(skb, p->l4 + 16, bpf_htons(oldw), nw, 2))
+		return -2;
+	__s64 diff = bpf_csum_diff(0, 0, (__be32 *)opt, len & 0x3c, 0);
+	if (diff < 0 || bpf_l4_csum_replace(skb, p->l4 + 16, 0, diff, 0))
+		return -2;
+	return 0;
+}
+
+/* The MPTCP subflow context of a TCP socket (CO-RE: its ULP data). */
+static __always_inline struct mptcp_subflow_context *subflow_ctx(struct tcp_sock *tp)
+{
+	struct inet_connection_sock *icsk = (struct inet_connection_sock *)tp;
+	return (struct mptcp_subflow_context *)BPF_CORE_READ(icsk, icsk_ulp_data);
+}
+
+/* set_backup / clear_backup: add MP_PRIO to an incoming ACK of the
+ * subflow, so that the local stack marks it backup (or not), as if the
+ * peer had asked (the eMPTCP paper's set_flow_prio). The packet is only
+ * touched while the subflow's flag differs from the wanted one. */
+SEC("tc")
+int act_set_backup(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
+	if (!s)
+		return TCX_NEXT;
+	__u8 want = s->args[0] ? 1 : 0;
+	__u8 th[14];
+	if (bpf_skb_load_bytes(skb, p.l4, th, 14) || (th[13] & (TCP_SYN | TCP_RST)) || !(th[13] & TCP_ACK))
+		goto next;
+	struct bpf_sock *sk = local_sock(skb, &p, 0);
+	if (!sk)
+		goto skip;
+	int have = -1;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (tp) {
+		struct mptcp_subflow_context *sf = subflow_ctx(tp);
+		if (sf && BPF_CORE_READ_BITFIELD_PROBED(tp, is_mptcp))
+			have = BPF_CORE_READ_BITFIELD_PROBED(sf, backup);
+	}
+	bpf_sk_release(sk);
+	if (have < 0)
+		goto skip; /* not an MPTCP subflow */
+	if (have == want)
+		goto next;
+	__u8 opt[4] = {TCPOPT_NOP, TCPOPT_MPTCP, 3, (MPTCP_SUB_PRIO << 4) | want};
+	int err = insert_opt(skb, &p, opt, 4);
+	if (err == -1)
+		goto skip;
+	if (err)
+		return TCX_DROP; /* half-rewritten: never let a broken packet go */
+	mpsteer_count(c, 0);
+	goto next;
+skip:
+	mpsteer_count(c, 2);
+next:
+	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+}
+
+/* strip_add_addr: overwrite ADD_ADDR options with NOPs and keep them,
+ * so they can be put back later (`mpsteer chain release`). A kept
+ * option marked for release goes back into the next packet of its
+ * subflow (its HMAC does not depend on the packet). */
+SEC("tc")
+int act_strip_add_addr(struct __sk_buff *skb)
+{
+	struct pkt p;
+	struct mpsteer_chain *c;
+	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
+	if (!s)
+		return TCX_NEXT;
+	struct addrs ad;
+	if (load_addrs(skb, &p, &ad))
+		goto next;
+	struct withheld_key k = {};
+	k.chain = c->id;
+	k.v6 = p.v6;
+	__builtin_memcpy(k.saddr, ad.src, 16);
+	__builtin_memcpy(k.daddr, ad.dst, 16);
+	k.sport = ad.sport;
+	k.dport = ad.dport;
+
+	__u8 opt[40] = {};
+	__u32 olen = p.thlen - 20;
+	if (olen > 40)
+		goto next;
+	if (!(p.types & T_ADD_ADDR)) {
+		/* Release: look for a kept option of this subflow to put back. */
+		if (!(p.types & T_MPTCP))
+			goto next;
+		for (__u32 id = 0; id < 8; id++) {
+			k.addr_id = id;
+			struct withheld_val *w = bpf_map_lookup_elem(&mpsteer_withheld, &k);
+			if (!w || !w->release || w->release == 2)
+				continue;
+			__u8 buf[32] = {};
+			__u32 n = w->len;
+			if (n > 30 || n < 8)
+				break;
+			__builtin_memcpy(buf, w->opt, 32);
+			__u32 padded = (n + 3) & ~3u;
+			for (__u32 q = 0; q < 32; q++)
+				if (q >= n && q < padded)
+					buf[q & 0x1f] = TCPOPT_NOP;
+			int err = insert_opt(skb, &p, buf, padded & 0x3c);
+			if (err == -1)
+				break; /* no room in this one: try the next packet */
+			if (err)
+				return TCX_DROP;
+			w->release = 2;
+			mpsteer_count(c, 0);
+			break;
+		}
+		goto next;
+	}
+	if (olen && bpf_skb_load_bytes(skb, p.l4 + 20, opt, olen & 0x3f))
+		goto skip;
+	__u32 i = 0;
+	for (int n = 0; n < 40; n++) {
+		if (i >= olen || i >= 40)
+			break;
+		__u8 kind = opt[i & 0x27];
+		if (kind == TCPOPT_EOL)
+			break;
+		if (kind == TCPOPT_NOP) {
+			i++;
+			continue;
+		}
+		if (i + 1 >= 40)
+			break;
+		__u8 len = opt[(i + 1) & 0x27];
+		if (len < 2 || i + len > olen)
+			break;
+		if (kind == TCPOPT_MPTCP && len >= 8 && len <= 30 && i + 3 < 40 &&
+		    (opt[(i + 2) & 0x27] >> 4) == MPTCP_SUB_ADD_ADDR) {
+			k.addr_id = opt[(i + 3) & 0x27];
+			struct withheld_val *old = bpf_map_lookup_elem(&mpsteer_withheld, &k);
+			if (old && old->release)
+				goto next; /* released: it may pass */
+			struct withheld_val w = {};
+			w.ns = bpf_ktime_get_ns();
+			w.len = len;
+			for (__u32 q = 0; q < 30; q++)
+				if (q < len && i + q < 40)
+					w.opt[q & 0x1f] = opt[(i + q) & 0x27];
+			bpf_map_update_elem(&mpsteer_withheld, &k, &w, BPF_ANY);
+			/* Overwrite with NOPs over a 4-byte aligned span of the
+			 * header, fixing the checksum by the difference. */
+			__u32 start = (20 + i) & ~3u, end = (20 + i + len + 3) & ~3u;
+			__u8 before[40] = {}, after[40] = {};
+			__u32 span = end - start;
+			if (span > 40 || start < 20 || end > p.thlen)
+				goto skip;
+			if (bpf_skb_load_bytes(skb, p.l4 + start, before, span & 0x3c))
+				goto skip;
+			for (__u32 q = 0; q < 40; q++) {
+				if (q >= span)
+					break;
+				__u32 at = start + q - 20; /* offset in opt[] */
+				after[q & 0x27] = (at >= i && at < i + len) ? TCPOPT_NOP : before[q & 0x27];
+			}
+			__s64 diff = bpf_csum_diff((__be32 *)before, span & 0x3c, (__be32 *)after, span & 0x3c, 0);
+			if (diff < 0)
+				goto skip;
+			if (bpf_skb_store_bytes(skb, p.l4 + start, after, span & 0x3c, 0) ||
+			    bpf_l4_csum_replace(skb, p.l4 + 16, 0, diff, 0))
+				return TCX_DROP;
+			mpsteer_count(c, 0);
+			goto next;
+		}
+		i += len;
+	}
+	goto next;
+skip:
+	mpsteer_count(c, 2);
+next:
+	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+}
+
+char LICENSE[] SEC("license") = "GPL";
