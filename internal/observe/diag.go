@@ -286,7 +286,10 @@ func fillTCPInfo(sf *Subflow, b []byte) {
 	var ti unix.TCPInfo
 	n := min(len(b), int(unsafe.Sizeof(ti)))
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&ti)), unsafe.Sizeof(ti))[:n], b[:n])
-	sf.SRTT = time.Duration(ti.Rtt) * time.Microsecond
+	// Before its first RTT sample a socket reports all ones: unknown.
+	if ti.Rtt < 1<<31 {
+		sf.SRTT = time.Duration(ti.Rtt) * time.Microsecond
+	}
 	sf.RTTVar = time.Duration(ti.Rttvar) * time.Microsecond
 	sf.MinRTT = time.Duration(ti.Min_rtt) * time.Microsecond
 	sf.RTO = time.Duration(ti.Rto) * time.Microsecond

@@ -29,8 +29,8 @@ import (
 // = Σm, threshold = best m, worst = lowest m) for comparison.
 //
 // The aggregate must fall below the threshold by a margin before anything
-// is set aside, and a probe must make the aggregate measurably better for
-// the subflow to come back (see Margin).
+// is set aside, and beat it by the margin for a probed subflow to come
+// back (see Margin).
 //
 // Each probe costs the connection a little (data sent on the bad path
 // arrives late), so the interval doubles after every failed probe, up to
@@ -43,13 +43,12 @@ type DynThresh struct {
 	Window           time.Duration
 	ProbeInterval    time.Duration
 	MaxProbeInterval time.Duration
-	ProbeWindow      time.Duration // at least 2 SRTT of the probed subflow
+	ProbeWindow      time.Duration // at least one SRTT of the probed subflow
 	Warmup           time.Duration
 	WarmupRTTs       float64
 	// Margin is the hysteresis, both ways: a subflow is set aside when the
 	// aggregate falls below the threshold by this fraction, and taken back
-	// when the aggregate during its probe beat the aggregate before it by
-	// this fraction. Throughput measured over a window is noisy (ACKs come
+	// when the aggregate during its probe beats the threshold by it. Throughput measured over a window is noisy (ACKs come
 	// in bursts): without a margin, noise alone would decide.
 	Margin float64
 	conns  map[uint32]*dtConn
@@ -94,7 +93,6 @@ type dtSubflow struct {
 	probeUntil time.Time
 	probeStart time.Time
 	probeBytes uint64
-	probeFrom  float64 // the aggregate when the probe started
 	nextProbe  time.Time
 	interval   time.Duration
 	asides     int
@@ -255,11 +253,9 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 			during = sumM + ds.m
 		}
 		ds.probeUntil = time.Time{}
-		better := during >= ds.probeFrom*(1+d.Margin)
-		if d.estimate() {
-			better = during >= threshold*(1+d.Margin)
-		}
-		if better {
+		// Kickback: the connection with the subflow beats the best single
+		// subflow (by the margin).
+		if during >= threshold*(1+d.Margin) {
 			ds.aside = false
 		} else {
 			ds.interval = min(2*ds.interval, d.MaxProbeInterval)
@@ -302,8 +298,10 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 	// Start probe windows that are due.
 	for id, ds := range st.subflows {
 		if ds.aside && ds.probeUntil.IsZero() && !now.Before(ds.nextProbe) {
-			ds.probeStart, ds.probeBytes, ds.probeFrom = now, c.BytesAcked, agg
-			ds.probeUntil = now.Add(max(d.ProbeWindow, 2*present[id].SRTT))
+			ds.probeStart, ds.probeBytes = now, c.BytesAcked
+			// Long enough for an ACK to return, never long: on a far path
+			// every probe costs a head-of-line stall.
+			ds.probeUntil = now.Add(min(max(d.ProbeWindow, present[id].SRTT), 2*time.Second))
 		}
 	}
 

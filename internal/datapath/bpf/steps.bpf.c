@@ -15,7 +15,10 @@
 #define IP_MF 0x2000
 #define IP_OFFMASK 0x1fff
 #define BPF_F_CURRENT_NETNS (-1L)
-#define CHECKSUM_PARTIAL 3
+#ifndef BPF_F_IPV6
+#define BPF_F_IPV6 (1ULL << 7)
+#endif
+
 
 /* chain id -> descriptor slot + 1 (0: no chain) */
 struct {
@@ -466,7 +469,7 @@ static __always_inline struct bpf_sock *local_sock(struct __sk_buff *skb, struct
 		t.ipv4.dport = egress ? a.sport : a.dport;
 		size = sizeof(t.ipv4);
 	}
-	return bpf_skc_lookup_tcp(skb, &t, size, BPF_F_CURRENT_NETNS, 0);
+	return bpf_sk_lookup_tcp(skb, &t, size, BPF_F_CURRENT_NETNS, 0);
 }
 
 /* Rewrite a 16-bit word of the TCP header, keeping the checksum right. */
@@ -509,9 +512,9 @@ int act_clamp_rwnd(struct __sk_buff *skb)
 		/* Ingress: the peer's window, scaled by its shift (our
 		 * snd_wscale). Egress: ours, scaled by rcv_wscale. */
 		if (a->egress)
-			wscale = BPF_CORE_READ_BITFIELD(&tp->rx_opt, rcv_wscale);
+			wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
 		else
-			wscale = BPF_CORE_READ_BITFIELD(&tp->rx_opt, snd_wscale);
+			wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.snd_wscale);
 		srtt = tp->srtt_us >> 3;
 	}
 	bpf_sk_release(sk);
@@ -541,67 +544,69 @@ next:
 	return mpsteer_goto(skb, c, p.slot, p.step + 1);
 }
 
-/* insert_opt grows the TCP header by len (a multiple of 4, ≤ 32) and
- * writes opt at its end. Lengths and checksums are fixed: IP total or
- * payload length, and the TCP checksum for the pseudo-header length, the
- * data-offset word and the new bytes, all through the kernel's helpers. */
-static __always_inline int insert_opt(struct __sk_buff *skb, struct pkt *p, __u8 *opt, __u32 len)
+/* insert_opt grows the TCP header by len (a multiple of 4, at most 32)
+ * and writes opt at its end.
+ *
+ * A segment without payload (a pure ACK) grows at its tail with
+ * bpf_skb_change_tail: the new bytes are exactly where the options end,
+ * so no header moves and an offloaded checksum (CHECKSUM_PARTIAL) stays
+ * consistent. A segment with payload grows with bpf_skb_adjust_room
+ * between IP and TCP and the TCP header moves back to the front; that is
+ * only right on ingress (the stack resets the transport header of a
+ * packet it receives), so egress data segments are not touched.
+ *
+ * Then the lengths and checksums: IP total length (and IPv4 header
+ * checksum) or IPv6 payload length, and the TCP checksum for the
+ * pseudo-header length, the data-offset word and the new bytes, all with
+ * the kernel's helpers, which handle every skb->ip_summed state. */
+static __always_inline int insert_opt(struct __sk_buff *skb, struct pkt *p, __u8 *opt, __u32 len, int egress)
 {
-	if (len == 0 || len > 32 || (len & 3) || p->thlen + len > 60)
+	__u32 thlen = p->thlen;
+	if (len == 0 || len > 32 || (len & 3) || thlen + len > 60 || thlen > 60 || thlen < 20)
 		return -1;
 	__u8 hdr[60];
-	__u32 thlen = p->thlen;
-	if (thlen > 60 || thlen < 20)
-		return -1;
 	if (bpf_skb_load_bytes(skb, p->l4, hdr, thlen & 0x3f))
 		return -1;
-	/* A packet the stack has not checksummed yet (CHECKSUM_PARTIAL, e.g.
-	 * from a local sender over veth) keeps its offload state; any other
-	 * is verified by the stack again, against the checksum fixed here. */
-	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
-	__u8 partial = BPF_CORE_READ_BITFIELD(kskb, ip_summed) == CHECKSUM_PARTIAL;
-	__u64 flags = partial ? BPF_F_ADJ_ROOM_NO_CSUM_RESET : 0;
-	if (bpf_skb_adjust_room(skb, len, BPF_ADJ_ROOM_NET, flags))
+	__u16 iplen; /* IPv4 total length, IPv6 payload length */
+	if (bpf_skb_load_bytes(skb, p->l3 + (p->v6 ? 4 : 2), &iplen, 2))
 		return -1;
-	/* The room opened between IP and TCP: move the header back to the
-	 * front, leaving the room at its end for the option. */
-	if (bpf_skb_store_bytes(skb, p->l4, hdr, thlen & 0x3f, 0))
-		return -2;
-	if (bpf_skb_store_bytes(skb, p->l4 + thlen, opt, len & 0x3f, 0))
-		return -2;
-	__u16 oldw = (__u16)hdr[12] << 8 | hdr[13];
-	__u16 neww = (((thlen + len) / 4) << 12) | (oldw & 0x0fff);
-	__u16 nw = bpf_htons(neww);
-	if (bpf_skb_store_bytes(skb, p->l4 + 12, &nw, 2, 0))
-		return -2;
-	/* IP length. */
-	__u32 tcplen_old, tcplen_new;
-	if (p->v6) {
-		__u16 pl;
-		if (bpf_skb_load_bytes(skb, p->l3 + 4, &pl, 2))
-			return -2;
-		__u16 npl = bpf_htons(bpf_ntohs(pl) + len);
-		if (bpf_skb_store_bytes(skb, p->l3 + 4, &npl, 2, 0))
-			return -2;
-		tcplen_old = bpf_ntohs(pl);
+	__u32 l4len = bpf_ntohs(iplen) - (p->v6 ? 0 : (p->l4 - p->l3));
+	__u32 payload = l4len - thlen;
+	if (payload > 0xffff)
+		return -1;
+	if (payload == 0) {
+		__u32 end = p->l4 + thlen;
+		if (bpf_skb_change_tail(skb, end + len, 0))
+			return -1;
 	} else {
-		__u16 tl;
-		if (bpf_skb_load_bytes(skb, p->l3 + 2, &tl, 2))
+		if (egress || (!p->v6 && p->l4 - p->l3 != 20))
+			return -1; /* see above; and IPv4 options would be split */
+		if (bpf_skb_adjust_room(skb, len, BPF_ADJ_ROOM_NET, 0))
+			return -1;
+		if (bpf_skb_store_bytes(skb, p->l4, hdr, thlen & 0x3f, 0))
 			return -2;
-		__u16 ntl = bpf_htons(bpf_ntohs(tl) + len);
-		if (bpf_l3_csum_replace(skb, p->l3 + 10, tl, ntl, 2))
-			return -2;
-		if (bpf_skb_store_bytes(skb, p->l3 + 2, &ntl, 2, 0))
-			return -2;
-		tcplen_old = bpf_ntohs(tl) - (p->l4 - p->l3);
 	}
-	tcplen_new = tcplen_old + len;
-	/* TCP checksum: the pseudo-header's length, then the segment's own
-	 * changes (skipped by the helper for CHECKSUM_PARTIAL, where the
-	 * field holds only the pseudo-header sum). */
-	if (bpf_l4_csum_replace(skb, p->l4 + 16, bpf_htonl(tcplen_old), bpf_htonl(tcplen_new), BPF_F_PSEUDO_HDR | 4))
+	if (bpf_skb_store_bytes(skb, p->l4 + thlen, opt, len & 0x3c, 0))
 		return -2;
-	if (bpf_l4_csum_replace(skb, p->l4 + 16, bpf_htons(oldw), nw, 2))
+	__u16 oldw = bpf_htons((__u16)hdr[12] << 8 | hdr[13]);
+	__u16 neww = bpf_htons((((thlen + len) / 4) << 12) | ((__u16)(hdr[12] & 0x0f) << 8) | hdr[13]);
+	if (bpf_skb_store_bytes(skb, p->l4 + 12, &neww, 2, 0))
+		return -2;
+	__u16 niplen = bpf_htons(bpf_ntohs(iplen) + len);
+	if (bpf_skb_store_bytes(skb, p->l3 + (p->v6 ? 4 : 2), &niplen, 2, 0))
+		return -2;
+	if (p->v6) {
+		__be32 from = bpf_htonl(l4len), to = bpf_htonl(l4len + len);
+		__s64 d = bpf_csum_diff(&from, 4, &to, 4, 0);
+		if (d < 0 || bpf_l4_csum_replace(skb, p->l4 + 16, 0, d, BPF_F_PSEUDO_HDR | BPF_F_IPV6))
+			return -2;
+	} else {
+		if (bpf_l3_csum_replace(skb, p->l3 + 10, iplen, niplen, 2))
+			return -2;
+		if (bpf_l4_csum_replace(skb, p->l4 + 16, bpf_htons(l4len), bpf_htons(l4len + len), 2 | BPF_F_PSEUDO_HDR))
+			return -2;
+	}
+	if (bpf_l4_csum_replace(skb, p->l4 + 16, oldw, neww, 2))
 		return -2;
 	__s64 diff = bpf_csum_diff(0, 0, (__be32 *)opt, len & 0x3c, 0);
 	if (diff < 0 || bpf_l4_csum_replace(skb, p->l4 + 16, 0, diff, 0))
@@ -628,27 +633,27 @@ int act_set_backup(struct __sk_buff *skb)
 	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
 	if (!s)
 		return TCX_NEXT;
-	__u8 want = s->args[0] ? 1 : 0;
+	__u8 want = s->args[0] ? 1 : 0, force = s->args[1];
 	__u8 th[14];
 	if (bpf_skb_load_bytes(skb, p.l4, th, 14) || (th[13] & (TCP_SYN | TCP_RST)) || !(th[13] & TCP_ACK))
 		goto next;
-	struct bpf_sock *sk = local_sock(skb, &p, 0);
-	if (!sk)
-		goto skip;
 	int have = -1;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-	if (tp) {
-		struct mptcp_subflow_context *sf = subflow_ctx(tp);
-		if (sf && BPF_CORE_READ_BITFIELD_PROBED(tp, is_mptcp))
-			have = BPF_CORE_READ_BITFIELD_PROBED(sf, backup);
+	struct bpf_sock *sk = local_sock(skb, &p, 0);
+	if (sk) {
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+		if (tp && tp->is_mptcp) {
+			struct mptcp_subflow_context *sf = subflow_ctx(tp);
+			if (sf)
+				have = BPF_CORE_READ_BITFIELD_PROBED(sf, backup);
+		}
+		bpf_sk_release(sk);
 	}
-	bpf_sk_release(sk);
-	if (have < 0)
-		goto skip; /* not an MPTCP subflow */
 	if (have == want)
 		goto next;
+	if (have < 0 && !force)
+		goto skip; /* no local MPTCP subflow to tell */
 	__u8 opt[4] = {TCPOPT_NOP, TCPOPT_MPTCP, 3, (MPTCP_SUB_PRIO << 4) | want};
-	int err = insert_opt(skb, &p, opt, 4);
+	int err = insert_opt(skb, &p, opt, 4, 0);
 	if (err == -1)
 		goto skip;
 	if (err)
@@ -706,7 +711,7 @@ int act_strip_add_addr(struct __sk_buff *skb)
 			for (__u32 q = 0; q < 32; q++)
 				if (q >= n && q < padded)
 					buf[q & 0x1f] = TCPOPT_NOP;
-			int err = insert_opt(skb, &p, buf, padded & 0x3c);
+			int err = insert_opt(skb, &p, buf, padded & 0x3c, 0);
 			if (err == -1)
 				break; /* no room in this one: try the next packet */
 			if (err)
