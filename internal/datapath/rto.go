@@ -121,7 +121,7 @@ func (r *RTOCapper) Close() error {
 func verifierDetail(err error) error {
 	var ve *ebpf.VerifierError
 	if errors.As(err, &ve) {
-		return fmt.Errorf("%w", ve)
+		return fmt.Errorf("%+v", ve)
 	}
 	if errors.Is(err, os.ErrPermission) {
 		return fmt.Errorf("%w (loading BPF programs needs root)", err)

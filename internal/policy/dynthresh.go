@@ -258,7 +258,7 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 		if during >= threshold*(1+d.Margin) {
 			ds.aside = false
 		} else {
-			ds.interval = min(2*ds.interval, d.MaxProbeInterval)
+			ds.interval = max(min(2*ds.interval, d.MaxProbeInterval), ds.interval)
 			ds.nextProbe = now.Add(ds.interval)
 		}
 	}
@@ -289,7 +289,15 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 			}
 			ds.aside = true
 			ds.asides++
-			ds.interval = d.ProbeInterval
+			// A probe stalls the connection for about an RTT of its slowest
+			// remaining path: probe no more often than every 10 of those.
+			var rtt time.Duration
+			for _, o := range active {
+				if o != id {
+					rtt = max(rtt, present[o].SRTT)
+				}
+			}
+			ds.interval = max(d.ProbeInterval, 10*rtt)
 			ds.nextProbe = now.Add(ds.interval)
 			break
 		}
@@ -336,27 +344,35 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 func (d *DynThresh) clearlyBest(ds *dtSubflow, st *dtConn, active []SubflowID) bool {
 	for _, id := range active {
 		o := st.subflows[id]
-		if o != ds && ds.best <= 1.25*o.best {
+		if o != ds && capacity(ds) <= 1.25*capacity(o) {
 			return false
 		}
 	}
 	return true
 }
 
+// capacity is the evidence of what a subflow can carry: the best it has
+// delivered, or the paper's m = cwnd·MSS/SRTT if that is higher. m runs
+// ahead of delivery while a far path is still ramping up, which keeps a
+// near but slow path from looking like the better one for seconds.
+func capacity(ds *dtSubflow) float64 { return math.Max(ds.best, ds.m) }
+
 // worse orders subflows worst first. The paper ranks by m, but m is
-// misleading exactly when it matters: a path starved by head-of-line
-// blocking goes idle and the kernel shrinks its cwnd after idle, so the
-// good path looks worst. Measured, a subflow is worse when the best it has
-// shown is clearly lower (by a fifth); between similar subflows, the one
-// doing worse right now (a flooded path) is.
+// misleading on its own exactly when it matters: a path starved by
+// head-of-line blocking goes idle and the kernel shrinks its cwnd after
+// idle, so the good path looks worst. Here a subflow is worse when its
+// capacity (the best it delivered, or m if higher) is clearly lower (by a
+// fifth); between similar subflows, the one doing worse right now (a
+// flooded path) is.
 func (d *DynThresh) worse(a, b *dtSubflow) bool {
 	if d.estimate() {
 		return a.m < b.m
 	}
+	ca, cb := capacity(a), capacity(b)
 	switch {
-	case a.best < 0.8*b.best:
+	case ca < 0.8*cb:
 		return true
-	case b.best < 0.8*a.best:
+	case cb < 0.8*ca:
 		return false
 	}
 	return a.r < b.r

@@ -287,7 +287,7 @@ func TestDynThreshWarmupProtectsTheInitialSubflow(t *testing.T) {
 	// The initial subflow crosses a 400 ms path and ramps up slowly; the
 	// joined one is near but slow (Table 1 #5). The far one must not be
 	// set aside during its warm-up (10 RTTs): the near one goes instead.
-	s := newSim(sf("10.1.0.1", 1, 400*ms, 10), sf("10.2.0.1", 2, 3*ms, 4))
+	s := newSim(sf("10.1.0.1", 1, 400*ms, 10), sf("10.2.0.1", 2, 20*ms, 4))
 	var nearAside bool
 	for i := 0; i < 35; i++ {
 		s.sfs[0].Cwnd = uint32(10 + i*10)

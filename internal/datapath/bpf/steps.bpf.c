@@ -55,87 +55,112 @@ volatile const __u32 chain_id = 0;
 
 /* ---- parsing ---------------------------------------------------------- */
 
-struct tcpinfo {
-	__u8 flags;
-	__u32 types;
+/* byte_at reads buf[i] for a 64-byte stack buffer; the barrier keeps the
+ * compiler from dropping the mask the verifier needs to bound the read. */
+static __always_inline __u8 byte_at(const __u8 *buf, __u32 i)
+{
+	barrier_var(i);
+	i &= 0x3f;
+	return buf[i];
+}
+
+struct walk {
+	__u8 opt[64];
+	__u32 i, olen, types, locs;
+	__u8 syn, ack;
 };
 
-/* classify walks the TCP options once and sets the packet type bits. */
-static __always_inline __u32 classify(struct __sk_buff *skb, __u32 l4, __u32 thlen, __u8 flags)
+/* walk_one handles the option at w->i (a bpf_loop callback: the verifier
+ * checks it once instead of once per iteration and path). */
+static long walk_one(__u32 n, void *ctx)
 {
-	__u8 opt[40] = {};
-	__u32 olen = thlen - 20;
-	__u32 types = 0;
-	if (flags & TCP_FIN)
-		types |= T_FIN;
-	if (flags & TCP_RST)
-		types |= T_RST;
-	if (olen > 40)
-		return types;
-	if (olen && bpf_skb_load_bytes(skb, l4 + 20, opt, olen & 0x3f))
-		return types;
-	int syn = flags & TCP_SYN, ack = flags & TCP_ACK;
-	__u32 i = 0;
-	for (int n = 0; n < 40; n++) {
-		if (i >= olen || i >= 40)
-			break;
-		__u8 kind = opt[i & 0x3f & 0x27];
-		if (kind == TCPOPT_EOL)
-			break;
-		if (kind == TCPOPT_NOP) {
-			i++;
-			continue;
-		}
-		if (i + 1 >= olen || i + 1 >= 40)
-			break;
-		__u8 len = opt[(i + 1) & 0x27];
-		if (len < 2 || i + len > olen)
-			break;
-		if (kind == TCPOPT_MPTCP && len >= 3 && i + 2 < 40) {
-			__u8 sub = opt[(i + 2) & 0x27] >> 4;
-			types |= T_MPTCP;
-			switch (sub) {
-			case MPTCP_SUB_CAPABLE:
-				if (syn && !ack)
-					types |= T_MPC_SYN;
-				break;
-			case MPTCP_SUB_JOIN:
-				if (syn && !ack)
-					types |= T_JOIN_SYN;
-				else if (syn && ack)
-					types |= T_JOIN_SYNACK;
-				else if (ack)
-					types |= T_JOIN_ACK;
-				break;
-			case MPTCP_SUB_DSS:
-				if (len >= 4 && i + 3 < 40) {
-					__u8 f = opt[(i + 3) & 0x27];
-					if (f & 0x04)
-						types |= T_DATA;
-					else if (f & 0x01)
-						types |= T_DATA_ACK;
-				}
-				break;
-			case MPTCP_SUB_ADD_ADDR:
-				types |= T_ADD_ADDR;
-				break;
-			case MPTCP_SUB_REMOVE_ADDR:
-				types |= T_REMOVE_ADDR;
-				break;
-			case MPTCP_SUB_PRIO:
-				types |= T_MP_PRIO;
-				break;
-			case MPTCP_SUB_FAIL:
-				types |= T_MP_FAIL;
-				break;
-			case MPTCP_SUB_FASTCLOSE:
-				types |= T_FASTCLOSE;
-				break;
-			}
-		}
-		i += len;
+	struct walk *w = ctx;
+	__u32 i = w->i;
+	if (i >= w->olen || i >= 40)
+		return 1;
+	__u8 kind = byte_at(w->opt, i);
+	if (kind == TCPOPT_EOL)
+		return 1;
+	if (kind == TCPOPT_NOP) {
+		w->i = i + 1;
+		return 0;
 	}
-	return types;
+	if (i + 1 >= w->olen)
+		return 1;
+	__u8 len = byte_at(w->opt, i + 1);
+	if (len < 2 || i + len > w->olen)
+		return 1;
+	w->i = i + len;
+	if (kind != TCPOPT_MPTCP || len < 3)
+		return 0;
+	__u8 sub = byte_at(w->opt, i + 2) >> 4;
+	w->types |= T_MPTCP;
+	switch (sub) {
+	case MPTCP_SUB_CAPABLE:
+		if (w->syn && !w->ack)
+			w->types |= T_MPC_SYN;
+		break;
+	case MPTCP_SUB_JOIN:
+		if (w->syn && !w->ack)
+			w->types |= T_JOIN_SYN;
+		else if (w->syn && w->ack)
+			w->types |= T_JOIN_SYNACK;
+		else if (w->ack)
+			w->types |= T_JOIN_ACK;
+		break;
+	case MPTCP_SUB_DSS:
+		if ((w->locs & 0xff) == 0xff)
+			w->locs = (w->locs & 0xffff0000) | i | ((__u32)len << 8);
+		if (len >= 4) {
+			__u8 f = byte_at(w->opt, i + 3);
+			if (f & 0x04)
+				w->types |= T_DATA;
+			else if (f & 0x01)
+				w->types |= T_DATA_ACK;
+		}
+		break;
+	case MPTCP_SUB_ADD_ADDR:
+		w->types |= T_ADD_ADDR;
+		if (((w->locs >> 16) & 0xff) == 0xff)
+			w->locs = (w->locs & 0xffff) | (i << 16) | ((__u32)len << 24);
+		break;
+	case MPTCP_SUB_REMOVE_ADDR:
+		w->types |= T_REMOVE_ADDR;
+		break;
+	case MPTCP_SUB_PRIO:
+		w->types |= T_MP_PRIO;
+		break;
+	case MPTCP_SUB_FAIL:
+		w->types |= T_MP_FAIL;
+		break;
+	case MPTCP_SUB_FASTCLOSE:
+		w->types |= T_FASTCLOSE;
+		break;
+	}
+	return 0;
+}
+
+/* classify walks the TCP options once, sets the packet type bits and
+ * records where the first DSS and ADD_ADDR options are (offset from the
+ * options' start and length, a byte each; 0xff: none), so that steps need
+ * no loops of their own. */
+static __always_inline __u32 classify(struct __sk_buff *skb, __u32 l4, __u32 thlen, __u8 flags, __u32 *locs)
+{
+	struct walk w = {};
+	w.locs = 0xffffffff;
+	w.syn = (flags & TCP_SYN) != 0;
+	w.ack = (flags & TCP_ACK) != 0;
+	if (flags & TCP_FIN)
+		w.types |= T_FIN;
+	if (flags & TCP_RST)
+		w.types |= T_RST;
+	__u32 olen = (thlen - 20) & 0x3f;
+	if (olen > 0 && olen <= 40 && bpf_skb_load_bytes(skb, l4 + 20, w.opt, olen) == 0) {
+		w.olen = olen;
+		bpf_loop(40, walk_one, &w, 0);
+	}
+	*locs = w.locs;
+	return w.types;
 }
 
 /* The chain's entry: parse IPv4/IPv6 + TCP once, record offsets and the
@@ -186,10 +211,11 @@ int mpsteer_entry(struct __sk_buff *skb)
 	__u32 thlen = (th[12] >> 4) * 4;
 	if (thlen < 20 || l4 + thlen > skb->len)
 		return TCX_NEXT;
-	__u32 types = classify(skb, l4, thlen, th[13]);
+	__u32 locs;
+	__u32 types = classify(skb, l4, thlen, th[13], &locs);
 	skb->cb[1] = l3 | (l4 << 8) | (v6 << 16) | ((thlen / 4) << 24);
 	skb->cb[2] = types;
-	skb->cb[3] = 0;
+	skb->cb[3] = locs;
 	skb->cb[4] = 0;
 	return mpsteer_goto(skb, c, slot, 0);
 }
@@ -309,51 +335,30 @@ struct seq_args {
 /* dss_dsn finds the data sequence number of a DSS mapping. */
 static __always_inline int dss_dsn(struct __sk_buff *skb, struct pkt *p, __u64 *dsn, int *wide)
 {
-	__u8 opt[40] = {};
-	__u32 olen = p->thlen - 20;
-	if (olen > 40 || olen == 0)
+	__u32 at = skb->cb[3] & 0xff, n = (skb->cb[3] >> 8) & 0x1f;
+	if (at == 0xff || n < 4)
 		return -1;
-	if (bpf_skb_load_bytes(skb, p->l4 + 20, opt, olen & 0x3f))
+	__u8 d[32] = {};
+	if (bpf_skb_load_bytes(skb, p->l4 + 20 + (at & 0x3f), d, n))
 		return -1;
-	__u32 i = 0;
-	for (int n = 0; n < 40; n++) {
-		if (i >= olen || i >= 40)
+	__u8 f = d[3];
+	if (!(f & 0x04))
+		return -1;
+	__u32 off = 4;
+	if (f & 0x01)
+		off += (f & 0x02) ? 8 : 4;
+	*wide = (f & 0x08) != 0;
+	__u32 bytes = *wide ? 8 : 4;
+	if (off + bytes > n)
+		return -1;
+	__u64 v = 0;
+	for (int k = 0; k < 8; k++) {
+		if (k >= bytes)
 			break;
-		__u8 kind = opt[i & 0x27];
-		if (kind == TCPOPT_EOL)
-			break;
-		if (kind == TCPOPT_NOP) {
-			i++;
-			continue;
-		}
-		if (i + 1 >= 40)
-			break;
-		__u8 len = opt[(i + 1) & 0x27];
-		if (len < 2 || i + len > olen)
-			break;
-		if (kind == TCPOPT_MPTCP && len >= 4 && i + 3 < 40 && (opt[(i + 2) & 0x27] >> 4) == MPTCP_SUB_DSS) {
-			__u8 f = opt[(i + 3) & 0x27];
-			if (!(f & 0x04))
-				return -1;
-			__u32 off = i + 4;
-			if (f & 0x01)
-				off += (f & 0x02) ? 8 : 4;
-			*wide = (f & 0x08) != 0;
-			__u64 v = 0;
-			__u32 bytes = *wide ? 8 : 4;
-			if (off + bytes > i + len || off + bytes > 40)
-				return -1;
-			for (int k = 0; k < 8; k++) {
-				if (k >= bytes)
-					break;
-				v = (v << 8) | opt[(off + k) & 0x27];
-			}
-			*dsn = v;
-			return 0;
-		}
-		i += len;
+		v = (v << 8) | d[(off + k) & 0x1f];
 	}
-	return -1;
+	*dsn = v;
+	return 0;
 }
 
 SEC("tc")
@@ -561,11 +566,12 @@ next:
  * the kernel's helpers, which handle every skb->ip_summed state. */
 static __always_inline int insert_opt(struct __sk_buff *skb, struct pkt *p, __u8 *opt, __u32 len, int egress)
 {
-	__u32 thlen = p->thlen;
-	if (len == 0 || len > 32 || (len & 3) || thlen + len > 60 || thlen > 60 || thlen < 20)
+	__u32 thlen = p->thlen & 0x3c;
+	len &= 0x3c;
+	if (len == 0 || len > 32 || thlen + len > 60 || thlen < 20)
 		return -1;
 	__u8 hdr[60];
-	if (bpf_skb_load_bytes(skb, p->l4, hdr, thlen & 0x3f))
+	if (bpf_skb_load_bytes(skb, p->l4, hdr, thlen))
 		return -1;
 	__u16 iplen; /* IPv4 total length, IPv6 payload length */
 	if (bpf_skb_load_bytes(skb, p->l3 + (p->v6 ? 4 : 2), &iplen, 2))
@@ -583,10 +589,10 @@ static __always_inline int insert_opt(struct __sk_buff *skb, struct pkt *p, __u8
 			return -1; /* see above; and IPv4 options would be split */
 		if (bpf_skb_adjust_room(skb, len, BPF_ADJ_ROOM_NET, 0))
 			return -1;
-		if (bpf_skb_store_bytes(skb, p->l4, hdr, thlen & 0x3f, 0))
+		if (bpf_skb_store_bytes(skb, p->l4, hdr, thlen, 0))
 			return -2;
 	}
-	if (bpf_skb_store_bytes(skb, p->l4 + thlen, opt, len & 0x3c, 0))
+	if (bpf_skb_store_bytes(skb, p->l4 + thlen, opt, len, 0))
 		return -2;
 	__u16 oldw = bpf_htons((__u16)hdr[12] << 8 | hdr[13]);
 	__u16 neww = bpf_htons((((thlen + len) / 4) << 12) | ((__u16)(hdr[12] & 0x0f) << 8) | hdr[13]);
@@ -608,7 +614,7 @@ static __always_inline int insert_opt(struct __sk_buff *skb, struct pkt *p, __u8
 	}
 	if (bpf_l4_csum_replace(skb, p->l4 + 16, oldw, neww, 2))
 		return -2;
-	__s64 diff = bpf_csum_diff(0, 0, (__be32 *)opt, len & 0x3c, 0);
+	__s64 diff = bpf_csum_diff(0, 0, (__be32 *)opt, len, 0);
 	if (diff < 0 || bpf_l4_csum_replace(skb, p->l4 + 16, 0, diff, 0))
 		return -2;
 	return 0;
@@ -670,6 +676,37 @@ next:
  * so they can be put back later (`mpsteer chain release`). A kept
  * option marked for release goes back into the next packet of its
  * subflow (its HMAC does not depend on the packet). */
+static __always_inline int release_one(struct __sk_buff *skb, struct pkt *p, struct withheld_key *k)
+{
+	struct withheld_val *w = 0;
+	__u32 id;
+	for (id = 0; id < 8; id++) {
+		k->addr_id = id;
+		w = bpf_map_lookup_elem(&mpsteer_withheld, k);
+		if (w && w->release == 1)
+			break;
+		w = 0;
+	}
+	if (!w)
+		return 0;
+	__u8 buf[32];
+	__builtin_memcpy(buf, w->opt, 32);
+	__u32 n = w->len;
+	if (n > 30 || n < 8)
+		return 0;
+	__u32 padded = (n + 3) & 0x3c;
+	for (__u32 q = 0; q < 32; q++)
+		if (q >= n && q < padded)
+			buf[q & 0x1f] = TCPOPT_NOP;
+	int err = insert_opt(skb, p, buf, padded, 0);
+	if (err == -1)
+		return 0; /* no room in this one: the next packet */
+	if (err)
+		return -1;
+	w->release = 2;
+	return 1;
+}
+
 SEC("tc")
 int act_strip_add_addr(struct __sk_buff *skb)
 {
@@ -689,96 +726,55 @@ int act_strip_add_addr(struct __sk_buff *skb)
 	k.sport = ad.sport;
 	k.dport = ad.dport;
 
-	__u8 opt[40] = {};
-	__u32 olen = p.thlen - 20;
-	if (olen > 40)
-		goto next;
 	if (!(p.types & T_ADD_ADDR)) {
-		/* Release: look for a kept option of this subflow to put back. */
-		if (!(p.types & T_MPTCP))
-			goto next;
-		for (__u32 id = 0; id < 8; id++) {
-			k.addr_id = id;
-			struct withheld_val *w = bpf_map_lookup_elem(&mpsteer_withheld, &k);
-			if (!w || !w->release || w->release == 2)
-				continue;
-			__u8 buf[32] = {};
-			__u32 n = w->len;
-			if (n > 30 || n < 8)
-				break;
-			__builtin_memcpy(buf, w->opt, 32);
-			__u32 padded = (n + 3) & ~3u;
-			for (__u32 q = 0; q < 32; q++)
-				if (q >= n && q < padded)
-					buf[q & 0x1f] = TCPOPT_NOP;
-			int err = insert_opt(skb, &p, buf, padded & 0x3c, 0);
-			if (err == -1)
-				break; /* no room in this one: try the next packet */
-			if (err)
-				return TCX_DROP;
-			w->release = 2;
-			mpsteer_count(c, 0);
-			break;
+		if (p.types & T_MPTCP) {
+			int r = release_one(skb, &p, &k);
+			if (r < 0)
+				return TCX_DROP; /* half-rewritten: never let it go */
+			if (r > 0)
+				mpsteer_count(c, 0);
 		}
 		goto next;
 	}
-	if (olen && bpf_skb_load_bytes(skb, p.l4 + 20, opt, olen & 0x3f))
+	__u32 at = (skb->cb[3] >> 16) & 0xff, len = (skb->cb[3] >> 24) & 0x1f;
+	if (at == 0xff || len < 8 || len > 30)
+		goto next;
+	__u32 i = at & 0x3f;
+	__u8 opt[32] = {};
+	if (bpf_skb_load_bytes(skb, p.l4 + 20 + i, opt, len))
 		goto skip;
-	__u32 i = 0;
-	for (int n = 0; n < 40; n++) {
-		if (i >= olen || i >= 40)
+	k.addr_id = opt[3];
+	struct withheld_val *old = bpf_map_lookup_elem(&mpsteer_withheld, &k);
+	if (old && old->release)
+		goto next; /* released: it may pass */
+	struct withheld_val w = {};
+	w.ns = bpf_ktime_get_ns();
+	w.len = len;
+	__builtin_memcpy(w.opt, opt, 32);
+	bpf_map_update_elem(&mpsteer_withheld, &k, &w, BPF_ANY);
+	/* Overwrite with NOPs over a 4-byte aligned span of the header
+	 * (checksum words start at even offsets) and fix the checksum by the
+	 * difference. */
+	__u32 start = (20 + i) & ~3u, end = (20 + i + len + 3) & ~3u;
+	__u32 span = (end - start) & 0x3c;
+	if (span == 0 || span > 40 || start < 20 || end > p.thlen)
+		goto skip;
+	__u8 before[40] = {}, after[40] = {};
+	if (bpf_skb_load_bytes(skb, p.l4 + start, before, span))
+		goto skip;
+	__u32 from = i + 20 - start; /* option start within the span */
+	for (__u32 q = 0; q < 40; q++) {
+		if (q >= span)
 			break;
-		__u8 kind = opt[i & 0x27];
-		if (kind == TCPOPT_EOL)
-			break;
-		if (kind == TCPOPT_NOP) {
-			i++;
-			continue;
-		}
-		if (i + 1 >= 40)
-			break;
-		__u8 len = opt[(i + 1) & 0x27];
-		if (len < 2 || i + len > olen)
-			break;
-		if (kind == TCPOPT_MPTCP && len >= 8 && len <= 30 && i + 3 < 40 &&
-		    (opt[(i + 2) & 0x27] >> 4) == MPTCP_SUB_ADD_ADDR) {
-			k.addr_id = opt[(i + 3) & 0x27];
-			struct withheld_val *old = bpf_map_lookup_elem(&mpsteer_withheld, &k);
-			if (old && old->release)
-				goto next; /* released: it may pass */
-			struct withheld_val w = {};
-			w.ns = bpf_ktime_get_ns();
-			w.len = len;
-			for (__u32 q = 0; q < 30; q++)
-				if (q < len && i + q < 40)
-					w.opt[q & 0x1f] = opt[(i + q) & 0x27];
-			bpf_map_update_elem(&mpsteer_withheld, &k, &w, BPF_ANY);
-			/* Overwrite with NOPs over a 4-byte aligned span of the
-			 * header, fixing the checksum by the difference. */
-			__u32 start = (20 + i) & ~3u, end = (20 + i + len + 3) & ~3u;
-			__u8 before[40] = {}, after[40] = {};
-			__u32 span = end - start;
-			if (span > 40 || start < 20 || end > p.thlen)
-				goto skip;
-			if (bpf_skb_load_bytes(skb, p.l4 + start, before, span & 0x3c))
-				goto skip;
-			for (__u32 q = 0; q < 40; q++) {
-				if (q >= span)
-					break;
-				__u32 at = start + q - 20; /* offset in opt[] */
-				after[q & 0x27] = (at >= i && at < i + len) ? TCPOPT_NOP : before[q & 0x27];
-			}
-			__s64 diff = bpf_csum_diff((__be32 *)before, span & 0x3c, (__be32 *)after, span & 0x3c, 0);
-			if (diff < 0)
-				goto skip;
-			if (bpf_skb_store_bytes(skb, p.l4 + start, after, span & 0x3c, 0) ||
-			    bpf_l4_csum_replace(skb, p.l4 + 16, 0, diff, 0))
-				return TCX_DROP;
-			mpsteer_count(c, 0);
-			goto next;
-		}
-		i += len;
+		after[q] = (q >= from && q < from + len) ? TCPOPT_NOP : before[q];
 	}
+	__s64 diff = bpf_csum_diff((__be32 *)before, span, (__be32 *)after, span, 0);
+	if (diff < 0)
+		goto skip;
+	if (bpf_skb_store_bytes(skb, p.l4 + start, after, span, 0) || bpf_l4_csum_replace(skb, p.l4 + 16, 0, diff, 0))
+		return TCX_DROP;
+	skb->cb[3] |= 0xffff0000; /* the ADD_ADDR is gone */
+	mpsteer_count(c, 0);
 	goto next;
 skip:
 	mpsteer_count(c, 2);

@@ -1,0 +1,604 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+)
+
+// Hook is where a chain runs.
+type Hook string
+
+const (
+	Ingress Hook = "ingress"
+	Egress  Hook = "egress"
+)
+
+// ChainSpec describes a chain as a user writes it.
+type ChainSpec struct {
+	ID     uint32 `json:"id,omitempty"` // 0: the manager picks one
+	Dev    string `json:"dev"`
+	Hook   Hook   `json:"hook"`
+	Select string `json:"select"`
+	Act    string `json:"act"`
+	// Before/After place the chain before or after another chain on the
+	// same hook (default: last).
+	Before uint32 `json:"before,omitempty"`
+	After  uint32 `json:"after,omitempty"`
+}
+
+// ChainStatus is a chain and its counters.
+type ChainStatus struct {
+	ChainSpec
+	Ifindex  int         `json:"ifindex"`
+	Steps    []StepCount `json:"steps"`
+	Seen     uint64      `json:"seen_packets"`
+	Selected uint64      `json:"selected_packets"`
+	Bytes    uint64      `json:"selected_bytes"`
+	Modified uint64      `json:"modified_packets"`
+	Dropped  uint64      `json:"dropped_packets"`
+	Skipped  uint64      `json:"skipped_packets"`
+	Errors   uint64      `json:"errors"`
+	FirstNs  uint64      `json:"first_packet_ktime_ns,omitempty"`
+	Withheld []Withheld  `json:"withheld_add_addr,omitempty"`
+}
+
+// StepCount is one step with its count actor's counters.
+type StepCount struct {
+	Text    string `json:"step"`
+	Program string `json:"program"`
+	Packets uint64 `json:"packets,omitempty"`
+	Bytes   uint64 `json:"bytes,omitempty"`
+}
+
+// Withheld is an ADD_ADDR option strip_add_addr kept back.
+type Withheld struct {
+	AddrID   uint32 `json:"addr_id"`
+	Subflow  string `json:"subflow"`
+	Option   string `json:"option_hex"`
+	Released bool   `json:"released"`
+}
+
+// builtinSteps are the built-in step programs and their program-array
+// slots. Loaded actors take slots from userBase on.
+var builtinSteps = []string{"sel_tuple", "sel_prefix", "sel_seq", "sel_type",
+	"act_drop", "act_mark", "act_count", "act_clamp_rwnd", "act_set_backup", "act_strip_add_addr"}
+
+const userBase = 32
+
+type chain struct {
+	spec    ChainSpec
+	prog    *Program
+	ifindex int
+	slot    uint32 // active descriptor slot
+	entry   *ebpf.Program
+	link    link.Link
+}
+
+// Manager owns the loaded programs, the shared maps and the attached
+// chains of one network namespace. Closing it detaches every chain:
+// packets flow as if mpsteer were not there (fail open).
+type Manager struct {
+	mu     sync.Mutex
+	spec   *ebpf.CollectionSpec
+	objs   stepsObjects
+	index  map[string]uint32 // program name -> slot in mpsteer_steps
+	user   map[string]*ebpf.Program
+	chains map[uint32]*chain
+}
+
+// NewManager loads the step programs and the shared maps.
+func NewManager() (*Manager, error) {
+	spec, err := loadSteps()
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{spec: spec, index: map[string]uint32{}, user: map[string]*ebpf.Program{}, chains: map[uint32]*chain{}}
+	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+		return nil, fmt.Errorf("load the datapath programs: %w", verifierDetail(err))
+	}
+	progs := map[string]*ebpf.Program{
+		"sel_tuple": m.objs.SelTuple, "sel_prefix": m.objs.SelPrefix, "sel_seq": m.objs.SelSeq, "sel_type": m.objs.SelType,
+		"act_drop": m.objs.ActDrop, "act_mark": m.objs.ActMark, "act_count": m.objs.ActCount,
+		"act_clamp_rwnd": m.objs.ActClampRwnd, "act_set_backup": m.objs.ActSetBackup, "act_strip_add_addr": m.objs.ActStripAddAddr,
+	}
+	for i, name := range builtinSteps {
+		idx := uint32(i + 1)
+		if err := m.objs.MpsteerSteps.Put(idx, progs[name]); err != nil {
+			m.objs.Close()
+			return nil, fmt.Errorf("program array: %w", err)
+		}
+		m.index[name] = idx
+	}
+	return m, nil
+}
+
+// Close detaches every chain and unloads everything.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs error
+	for id := range m.chains {
+		errs = errors.Join(errs, m.del(id))
+	}
+	for _, p := range m.user {
+		p.Close()
+	}
+	return errors.Join(errs, m.objs.Close())
+}
+
+// Actors reports the loaded (user) actors.
+func (m *Manager) Actors() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]bool{}
+	for k := range m.user {
+		out[k] = true
+	}
+	return out
+}
+
+// l2len is the length of the link-layer header in front of IP on dev.
+func l2len(l netlink.Link) (uint32, error) {
+	switch l.Attrs().EncapType {
+	case "ether", "loopback":
+		return 14, nil
+	case "none", "": // TUN and other IP devices
+		return 0, nil
+	}
+	return 0, fmt.Errorf("device %s has link type %q; chains run on Ethernet-like and IP (TUN) devices", l.Attrs().Name, l.Attrs().EncapType)
+}
+
+// Add checks, compiles and attaches a chain. On any error nothing is
+// left attached or written.
+func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if spec.Hook != Ingress && spec.Hook != Egress {
+		return nil, fmt.Errorf("--hook %q is not valid (valid: ingress, egress)", spec.Hook)
+	}
+	prog, err := Compile(spec.Select, spec.Act, m.userNames())
+	if err != nil {
+		return nil, err
+	}
+	l, err := netlink.LinkByName(spec.Dev)
+	if err != nil {
+		return nil, fmt.Errorf("--dev %q: no such device in this network namespace", spec.Dev)
+	}
+	l2, err := l2len(l)
+	if err != nil {
+		return nil, err
+	}
+	if spec.ID == 0 {
+		for id := uint32(1); id < MaxChains; id++ {
+			if _, used := m.chains[id]; !used {
+				spec.ID = id
+				break
+			}
+		}
+		if spec.ID == 0 {
+			return nil, fmt.Errorf("all %d chains are in use", MaxChains-1)
+		}
+	} else if spec.ID >= MaxChains {
+		return nil, fmt.Errorf("chain id %d is out of range (1 to %d)", spec.ID, MaxChains-1)
+	} else if _, used := m.chains[spec.ID]; used {
+		return nil, fmt.Errorf("chain %d exists already", spec.ID)
+	}
+	anchor := link.Tail()
+	for _, ref := range []struct {
+		id     uint32
+		before bool
+	}{{spec.Before, true}, {spec.After, false}} {
+		if ref.id == 0 {
+			continue
+		}
+		other, ok := m.chains[ref.id]
+		if !ok || other.ifindex != l.Attrs().Index || other.spec.Hook != spec.Hook {
+			return nil, fmt.Errorf("chain %d is not on %s %s: cannot place chain %d next to it", ref.id, spec.Dev, spec.Hook, spec.ID)
+		}
+		if ref.before {
+			anchor = link.BeforeLink(other.link)
+		} else {
+			anchor = link.AfterLink(other.link)
+		}
+	}
+	c := &chain{spec: spec, prog: prog, ifindex: l.Attrs().Index, slot: spec.ID * 2}
+	if err := m.writeDescriptor(c, c.slot, l2); err != nil {
+		return nil, err
+	}
+	c.entry, err = m.loadEntry(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	// The entry runs nothing until the chain is marked active.
+	if err := m.setActive(spec.ID, c.slot); err != nil {
+		c.entry.Close()
+		return nil, err
+	}
+	attach := ebpf.AttachTCXIngress
+	if spec.Hook == Egress {
+		attach = ebpf.AttachTCXEgress
+	}
+	c.link, err = link.AttachTCX(link.TCXOptions{Interface: c.ifindex, Program: c.entry, Attach: attach, Anchor: anchor})
+	if err != nil {
+		m.setActive(spec.ID, noSlot)
+		c.entry.Close()
+		return nil, fmt.Errorf("attach to %s %s: %w", spec.Dev, spec.Hook, err)
+	}
+	m.resetStats(spec.ID)
+	m.chains[spec.ID] = c
+	return m.status(c), nil
+}
+
+// MaxChains bounds chain ids (mirrors MPSTEER_MAX_CHAINS).
+const MaxChains = 256
+
+const noSlot = ^uint32(0)
+
+func (m *Manager) userNames() map[string]bool {
+	out := map[string]bool{}
+	for k := range m.user {
+		out[k] = true
+	}
+	return out
+}
+
+func (m *Manager) setActive(id, slot uint32) error {
+	// A 4-byte array value: the switch is atomic for the entry program.
+	return m.objs.MpsteerActive.Put(id, slot+1)
+}
+
+func (m *Manager) writeDescriptor(c *chain, slot uint32, l2 uint32) error {
+	var d stepsMpsteerChain
+	d.Id, d.N, d.FirstActor, d.L2len = c.spec.ID, uint32(len(c.prog.Steps)), uint32(c.prog.FirstActor), l2
+	for i, st := range c.prog.Steps {
+		idx, ok := m.index[st.Prog]
+		if name, user := strings.CutPrefix(st.Prog, "user:"); user {
+			idx, ok = m.index["user:"+name]
+		}
+		if !ok {
+			return fmt.Errorf("step %q: program %s is not loaded", st.Text, st.Prog)
+		}
+		d.Steps[i].Prog = uint16(idx)
+		d.Steps[i].OnMatch, d.Steps[i].OnMiss, d.Steps[i].Flags = st.OnMatch, st.OnMiss, st.Flags
+		d.Steps[i].Args = st.Args
+	}
+	return m.objs.MpsteerChains.Put(slot, &d)
+}
+
+// loadEntry loads the entry program of one chain: the program is shared,
+// its chain_id constant is not, so each chain gets its own instance.
+func (m *Manager) loadEntry(id uint32) (*ebpf.Program, error) {
+	spec := m.spec.Copy()
+	if err := spec.Variables["chain_id"].Set(id); err != nil {
+		return nil, err
+	}
+	var objs struct {
+		Entry *ebpf.Program `ebpf:"mpsteer_entry"`
+	}
+	err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: m.sharedMaps()})
+	if err != nil {
+		return nil, fmt.Errorf("load the chain entry: %w", verifierDetail(err))
+	}
+	return objs.Entry, nil
+}
+
+func (m *Manager) sharedMaps() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		"mpsteer_steps": m.objs.MpsteerSteps, "mpsteer_chains": m.objs.MpsteerChains,
+		"mpsteer_stats": m.objs.MpsteerStats, "mpsteer_step_count": m.objs.MpsteerStepCount,
+		"mpsteer_active": m.objs.MpsteerActive, "mpsteer_withheld": m.objs.MpsteerWithheld,
+	}
+}
+
+func (m *Manager) resetStats(id uint32) {
+	zero := make([]stepsMpsteerStats, ebpf.MustPossibleCPU())
+	m.objs.MpsteerStats.Put(id, zero)
+}
+
+// Del detaches and forgets a chain.
+func (m *Manager) Del(id uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.del(id)
+}
+
+func (m *Manager) del(id uint32) error {
+	c, ok := m.chains[id]
+	if !ok {
+		return fmt.Errorf("no chain %d", id)
+	}
+	var err error
+	if c.link != nil {
+		err = c.link.Close()
+	}
+	m.setActive(id, noSlot)
+	c.entry.Close()
+	// Forget what it withheld.
+	var k stepsWithheldKey
+	var v stepsWithheldVal
+	it := m.objs.MpsteerWithheld.Iterate()
+	var drop []stepsWithheldKey
+	for it.Next(&k, &v) {
+		if k.Chain == id {
+			drop = append(drop, k)
+		}
+	}
+	for _, k := range drop {
+		m.objs.MpsteerWithheld.Delete(&k)
+	}
+	delete(m.chains, id)
+	return err
+}
+
+// Replace swaps a chain's selectors and actors in place: the new
+// descriptor goes into the chain's other slot and one 4-byte map update
+// switches packets over, so no packet sees half of each.
+func (m *Manager) Replace(id uint32, selectExpr, actExpr string) (*ChainStatus, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.chains[id]
+	if !ok {
+		return nil, fmt.Errorf("no chain %d", id)
+	}
+	prog, err := Compile(selectExpr, actExpr, m.userNames())
+	if err != nil {
+		return nil, err
+	}
+	l, err := netlink.LinkByIndex(c.ifindex)
+	if err != nil {
+		return nil, err
+	}
+	l2, err := l2len(l)
+	if err != nil {
+		return nil, err
+	}
+	next := c.slot ^ 1
+	old := c.prog
+	c.prog = prog
+	if err := m.writeDescriptor(c, next, l2); err != nil {
+		c.prog = old
+		return nil, err
+	}
+	if err := m.setActive(id, next); err != nil {
+		c.prog = old
+		return nil, err
+	}
+	c.slot = next
+	c.spec.Select, c.spec.Act = selectExpr, actExpr
+	return m.status(c), nil
+}
+
+// Release marks every ADD_ADDR a chain withheld for re-injection into the
+// next packet of its subflow. It returns how many.
+func (m *Manager) Release(id uint32) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.chains[id]; !ok {
+		return 0, fmt.Errorf("no chain %d", id)
+	}
+	var k stepsWithheldKey
+	var v stepsWithheldVal
+	type kv struct {
+		k stepsWithheldKey
+		v stepsWithheldVal
+	}
+	var todo []kv
+	it := m.objs.MpsteerWithheld.Iterate()
+	for it.Next(&k, &v) {
+		if k.Chain == id && v.Release == 0 {
+			todo = append(todo, kv{k, v})
+		}
+	}
+	for _, e := range todo {
+		e.v.Release = 1
+		if err := m.objs.MpsteerWithheld.Put(&e.k, &e.v); err != nil {
+			return 0, err
+		}
+	}
+	return len(todo), it.Err()
+}
+
+// List reports every chain with its counters.
+func (m *Manager) List() []*ChainStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []uint32
+	for id := range m.chains {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var out []*ChainStatus
+	for _, id := range ids {
+		out = append(out, m.status(m.chains[id]))
+	}
+	return out
+}
+
+func (m *Manager) status(c *chain) *ChainStatus {
+	st := &ChainStatus{ChainSpec: c.spec, Ifindex: c.ifindex}
+	var per []stepsMpsteerStats
+	if err := m.objs.MpsteerStats.Lookup(c.spec.ID, &per); err == nil {
+		for _, s := range per {
+			st.Seen += s.Seen
+			st.Selected += s.Selected
+			st.Bytes += s.Bytes
+			st.Modified += s.Modified
+			st.Dropped += s.Dropped
+			st.Skipped += s.Skipped
+			st.Errors += s.Errors
+			if s.FirstNs != 0 && (st.FirstNs == 0 || s.FirstNs < st.FirstNs) {
+				st.FirstNs = s.FirstNs
+			}
+		}
+	}
+	for i, s := range c.prog.Steps {
+		sc := StepCount{Text: s.Text, Program: s.Prog}
+		var counts [][2]uint64
+		if m.objs.MpsteerStepCount.Lookup(c.slot*MaxSteps+uint32(i), &counts) == nil {
+			for _, v := range counts {
+				sc.Packets += v[0]
+				sc.Bytes += v[1]
+			}
+		}
+		st.Steps = append(st.Steps, sc)
+	}
+	var k stepsWithheldKey
+	var v stepsWithheldVal
+	it := m.objs.MpsteerWithheld.Iterate()
+	for it.Next(&k, &v) {
+		if k.Chain != c.spec.ID {
+			continue
+		}
+		st.Withheld = append(st.Withheld, Withheld{AddrID: k.AddrId, Subflow: keySubflow(k),
+			Option: fmt.Sprintf("%x", v.Opt[:min(int(v.Len), len(v.Opt))]), Released: v.Release != 0})
+	}
+	return st
+}
+
+func keySubflow(k stepsWithheldKey) string {
+	addr := func(w [4]uint32) netip.Addr {
+		var b [16]byte
+		for i, x := range w {
+			b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+		}
+		if k.V6 == 0 {
+			return netip.AddrFrom4([4]byte(b[:4]))
+		}
+		return netip.AddrFrom16(b)
+	}
+	port := func(p uint16) uint16 { return p<<8 | p>>8 }
+	return fmt.Sprintf("%s→%s", netip.AddrPortFrom(addr(k.Saddr), port(k.Sport)), netip.AddrPortFrom(addr(k.Daddr), port(k.Dport)))
+}
+
+// LoadActor loads a user's actor from a BPF object: its tc program is
+// checked by the verifier like ours, shares our maps, and becomes usable
+// as name(args) in chains.
+func (m *Manager) LoadActor(objFile, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !actorNameRE(name) {
+		return fmt.Errorf("actor name %q is not valid (letters, digits and _, starting with a letter)", name)
+	}
+	for _, b := range BuiltinActors {
+		if b == name {
+			return fmt.Errorf("%q is a built-in actor", name)
+		}
+	}
+	if _, ok := m.user[name]; ok {
+		return fmt.Errorf("an actor named %q is loaded already", name)
+	}
+	if _, err := os.Stat(objFile); err != nil {
+		return err
+	}
+	spec, err := ebpf.LoadCollectionSpec(objFile)
+	if err != nil {
+		return fmt.Errorf("%s: %w", objFile, err)
+	}
+	var progName string
+	for n, p := range spec.Programs {
+		if p.Type == ebpf.SchedCLS {
+			if progName != "" {
+				return fmt.Errorf("%s has more than one tc program (%s, %s): one actor per object", objFile, progName, n)
+			}
+			progName = n
+		}
+	}
+	if progName == "" {
+		return fmt.Errorf("%s has no SEC(\"tc\") program", objFile)
+	}
+	if at := spec.Programs[progName].AttachType; at != ebpf.AttachNone {
+		return fmt.Errorf("%s: the program must be in SEC(\"tc\") (it is tail-called from chains on both hooks), not %s", objFile, at)
+	}
+	repl := map[string]*ebpf.Map{}
+	for n, mp := range m.sharedMaps() {
+		if _, ok := spec.Maps[n]; ok {
+			repl[n] = mp
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		return fmt.Errorf("%s: %w", objFile, verifierDetail(err))
+	}
+	prog := coll.DetachProgram(progName)
+	coll.Close()
+	idx := uint32(userBase + len(m.user))
+	if idx >= 64 {
+		prog.Close()
+		return errors.New("no room for more loaded actors")
+	}
+	if err := m.objs.MpsteerSteps.Put(idx, prog); err != nil {
+		prog.Close()
+		return fmt.Errorf("%s: cannot join the step array (is it a plain SEC(\"tc\") program?): %w", objFile, err)
+	}
+	m.user[name] = prog
+	m.index["user:"+name] = idx
+	return nil
+}
+
+func actorNameRE(s string) bool {
+	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// AddDetached prepares a chain without attaching it to a device, for
+// BPF_PROG_TEST_RUN: the returned entry program runs the chain on packets
+// given to it (they start with an Ethernet header, l2len 14).
+func (m *Manager) AddDetached(selectExpr, actExpr string) (uint32, *ebpf.Program, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prog, err := Compile(selectExpr, actExpr, m.userNames())
+	if err != nil {
+		return 0, nil, err
+	}
+	var id uint32
+	for i := uint32(1); i < MaxChains; i++ {
+		if _, used := m.chains[i]; !used {
+			id = i
+			break
+		}
+	}
+	if id == 0 {
+		return 0, nil, errors.New("no free chain id")
+	}
+	c := &chain{spec: ChainSpec{ID: id, Dev: "(test run)", Hook: Ingress, Select: selectExpr, Act: actExpr}, prog: prog, slot: id * 2}
+	if err := m.writeDescriptor(c, c.slot, 14); err != nil {
+		return 0, nil, err
+	}
+	if c.entry, err = m.loadEntry(id); err != nil {
+		return 0, nil, err
+	}
+	if err := m.setActive(id, c.slot); err != nil {
+		c.entry.Close()
+		return 0, nil, err
+	}
+	m.resetStats(id)
+	m.chains[id] = c
+	return id, c.entry, nil
+}
+
+// Status reports one chain.
+func (m *Manager) Status(id uint32) (*ChainStatus, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.chains[id]
+	if !ok {
+		return nil, fmt.Errorf("no chain %d", id)
+	}
+	return m.status(c), nil
+}
