@@ -51,8 +51,11 @@ type Daemon struct {
 	act     backupActuator
 	rto     *datapath.RTOCapper
 	rtoErr  string
-	cookie  uint64
-	netns   string
+	dp      *datapath.Manager
+	// configChains are the chains the config declared (replaced on reload).
+	configChains []uint32
+	cookie       uint64
+	netns        string
 
 	lastSubflows  []observe.Subflow
 	lastConns     map[uint32]observe.Conn
@@ -136,6 +139,10 @@ func Run(ctx context.Context, o Options) error {
 		d.record(prev.Restore())
 	}
 	d.act = d.chooseActuator(cfg.BackupVia, state)
+	if err := d.applyConfigChains(cfg); err != nil {
+		d.record(d.act.Restore())
+		return err
+	}
 	srv, err := d.serve(o.Socket)
 	if err != nil {
 		return err
@@ -381,6 +388,13 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.applyConfigChains(cfg); err != nil {
+		// The old chains were removed: put them back.
+		if rerr := d.applyConfigChains(d.cfg); rerr != nil {
+			d.log.Printf("restoring the previous chains failed: %v", rerr)
+		}
+		return "", err
+	}
 	engine := &policy.Engine{Policies: cfg.Policies}
 	d.hintOwned = false
 	if d.hint != nil {
@@ -458,6 +472,9 @@ func (d *Daemon) shutdown() {
 	if d.rto != nil {
 		d.rto.Close()
 	}
+	if d.dp != nil {
+		d.dp.Close() // every chain detached: packets flow untouched
+	}
 	d.log.Printf("stopped; changes undone")
 }
 
@@ -498,6 +515,7 @@ func (d *Daemon) Status() api.Status {
 	if d.rto != nil {
 		st.RTO = d.rto.Stats()
 	}
+	st.Chains = d.chainStatus()
 	return st
 }
 

@@ -115,12 +115,12 @@ func lex(what, s string) ([]token, error) {
 // ---- selector expressions --------------------------------------------------
 
 type node struct {
-	op    string // and, or, not, sel
-	kids  []*node
-	name  string
-	args  []arg
-	col   int
-	text  string
+	op   string // and, or, not, sel
+	kids []*node
+	name string
+	args []arg
+	col  int
+	text string
 }
 
 type arg struct {
@@ -135,7 +135,7 @@ type parser struct {
 }
 
 func (p *parser) peek() token { return p.toks[p.i] }
-func (p *parser) next() token  { t := p.toks[p.i]; p.i++; return t }
+func (p *parser) next() token { t := p.toks[p.i]; p.i++; return t }
 
 func (p *parser) errf(col int, f string, a ...any) error {
 	return &ExprError{p.what, p.src, col, fmt.Sprintf(f, a...)}

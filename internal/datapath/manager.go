@@ -345,6 +345,10 @@ func (m *Manager) del(id uint32) error {
 func (m *Manager) Replace(id uint32, selectExpr, actExpr string) (*ChainStatus, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.replace(id, selectExpr, actExpr)
+}
+
+func (m *Manager) replace(id uint32, selectExpr, actExpr string) (*ChainStatus, error) {
 	c, ok := m.chains[id]
 	if !ok {
 		return nil, fmt.Errorf("no chain %d", id)
@@ -353,13 +357,15 @@ func (m *Manager) Replace(id uint32, selectExpr, actExpr string) (*ChainStatus, 
 	if err != nil {
 		return nil, err
 	}
-	l, err := netlink.LinkByIndex(c.ifindex)
-	if err != nil {
-		return nil, err
-	}
-	l2, err := l2len(l)
-	if err != nil {
-		return nil, err
+	l2 := uint32(14)
+	if c.ifindex != 0 {
+		l, err := netlink.LinkByIndex(c.ifindex)
+		if err != nil {
+			return nil, err
+		}
+		if l2, err = l2len(l); err != nil {
+			return nil, err
+		}
 	}
 	next := c.slot ^ 1
 	old := c.prog
@@ -378,11 +384,14 @@ func (m *Manager) Replace(id uint32, selectExpr, actExpr string) (*ChainStatus, 
 }
 
 // Release marks every ADD_ADDR a chain withheld for re-injection into the
-// next packet of its subflow. It returns how many.
+// next packet of its subflow, and makes sure the chain sees those packets:
+// its selector is widened (atomically) by the 4-tuples of the subflows
+// concerned. It returns how many options were released.
 func (m *Manager) Release(id uint32) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.chains[id]; !ok {
+	c, ok := m.chains[id]
+	if !ok {
 		return 0, fmt.Errorf("no chain %d", id)
 	}
 	var k stepsWithheldKey
@@ -398,13 +407,36 @@ func (m *Manager) Release(id uint32) (int, error) {
 			todo = append(todo, kv{k, v})
 		}
 	}
+	if err := it.Err(); err != nil {
+		return 0, err
+	}
+	if len(todo) == 0 {
+		return 0, nil
+	}
+	sel := strings.TrimSpace(c.spec.Select)
+	seen := map[string]bool{}
+	var extra []string
+	for _, e := range todo {
+		src, dst, _ := strings.Cut(keySubflow(e.k), "→")
+		t := fmt.Sprintf("tuple(src=%s, dst=%s)", src, dst)
+		if !seen[t] && !strings.Contains(sel, t) {
+			seen[t] = true
+			extra = append(extra, t)
+		}
+	}
+	if len(extra) > 0 && sel != "" {
+		widened := "(" + sel + ") or " + strings.Join(extra, " or ")
+		if _, err := m.replace(id, widened, c.spec.Act); err != nil {
+			return 0, fmt.Errorf("widen chain %d to see the subflows to release into: %w", id, err)
+		}
+	}
 	for _, e := range todo {
 		e.v.Release = 1
 		if err := m.objs.MpsteerWithheld.Put(&e.k, &e.v); err != nil {
 			return 0, err
 		}
 	}
-	return len(todo), it.Err()
+	return len(todo), nil
 }
 
 // List reports every chain with its counters.
@@ -599,6 +631,49 @@ func (m *Manager) Status(id uint32) (*ChainStatus, error) {
 	c, ok := m.chains[id]
 	if !ok {
 		return nil, fmt.Errorf("no chain %d", id)
+	}
+	return m.status(c), nil
+}
+
+// Move places a chain before or after another chain of its hook. While it
+// moves the chain is paused (packets pass untouched) rather than run
+// twice.
+func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.chains[id]
+	if !ok || c.link == nil {
+		return nil, fmt.Errorf("no chain %d", id)
+	}
+	ref, place := before, "before"
+	if ref == 0 {
+		ref, place = after, "after"
+	}
+	other, ok := m.chains[ref]
+	if !ok || ref == id || other.link == nil || other.ifindex != c.ifindex || other.spec.Hook != c.spec.Hook {
+		return nil, fmt.Errorf("chain %d is not another chain on %s %s", ref, c.spec.Dev, c.spec.Hook)
+	}
+	anchor := link.AfterLink(other.link)
+	if place == "before" {
+		anchor = link.BeforeLink(other.link)
+	}
+	attach := ebpf.AttachTCXIngress
+	if c.spec.Hook == Egress {
+		attach = ebpf.AttachTCXEgress
+	}
+	if err := m.setActive(id, noSlot); err != nil {
+		return nil, err
+	}
+	nl, err := link.AttachTCX(link.TCXOptions{Interface: c.ifindex, Program: c.entry, Attach: attach, Anchor: anchor})
+	if err != nil {
+		m.setActive(id, c.slot)
+		return nil, fmt.Errorf("move chain %d %s %d: %w", id, place, ref, err)
+	}
+	c.link.Close()
+	c.link = nl
+	c.spec.Before, c.spec.After = before, after
+	if err := m.setActive(id, c.slot); err != nil {
+		return nil, err
 	}
 	return m.status(c), nil
 }

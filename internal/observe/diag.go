@@ -48,6 +48,7 @@ type Subflow struct {
 	TotalRetrans uint32 // segments retransmitted over the lifetime
 	Lost         uint32
 	Unacked      uint32
+	NotSent      uint32 // bytes queued on the subflow, not sent yet
 	LastDataSent time.Duration // since the last data was sent
 	LastAckRecv  time.Duration // since the last ACK arrived
 	CAState      uint8         // congestion-avoidance state (4 = loss recovery after an RTO)
@@ -306,6 +307,7 @@ func fillTCPInfo(sf *Subflow, b []byte) {
 	sf.TotalRetrans = ti.Total_retrans
 	sf.Lost = ti.Lost
 	sf.Unacked = ti.Unacked
+	sf.NotSent = ti.Notsent_bytes
 	sf.LastDataSent = time.Duration(ti.Last_data_sent) * time.Millisecond
 	sf.LastAckRecv = time.Duration(ti.Last_ack_recv) * time.Millisecond
 	sf.CAState = ti.Ca_state

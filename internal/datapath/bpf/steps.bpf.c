@@ -590,33 +590,33 @@ static __always_inline int insert_opt(struct __sk_buff *skb, struct pkt *p, __u8
 		if (bpf_skb_adjust_room(skb, len, BPF_ADJ_ROOM_NET, 0))
 			return -1;
 		if (bpf_skb_store_bytes(skb, p->l4, hdr, thlen, 0))
-			return -2;
+			return -3;
 	}
 	if (bpf_skb_store_bytes(skb, p->l4 + thlen, opt, len, 0))
-		return -2;
+		return -4;
 	__u16 oldw = bpf_htons((__u16)hdr[12] << 8 | hdr[13]);
 	__u16 neww = bpf_htons((((thlen + len) / 4) << 12) | ((__u16)(hdr[12] & 0x0f) << 8) | hdr[13]);
 	if (bpf_skb_store_bytes(skb, p->l4 + 12, &neww, 2, 0))
-		return -2;
+		return -5;
 	__u16 niplen = bpf_htons(bpf_ntohs(iplen) + len);
 	if (bpf_skb_store_bytes(skb, p->l3 + (p->v6 ? 4 : 2), &niplen, 2, 0))
-		return -2;
+		return -6;
 	if (p->v6) {
 		__be32 from = bpf_htonl(l4len), to = bpf_htonl(l4len + len);
 		__s64 d = bpf_csum_diff(&from, 4, &to, 4, 0);
 		if (d < 0 || bpf_l4_csum_replace(skb, p->l4 + 16, 0, d, BPF_F_PSEUDO_HDR | BPF_F_IPV6))
-			return -2;
+			return -7;
 	} else {
 		if (bpf_l3_csum_replace(skb, p->l3 + 10, iplen, niplen, 2))
-			return -2;
+			return -8;
 		if (bpf_l4_csum_replace(skb, p->l4 + 16, bpf_htons(l4len), bpf_htons(l4len + len), 2 | BPF_F_PSEUDO_HDR))
-			return -2;
+			return -9;
 	}
 	if (bpf_l4_csum_replace(skb, p->l4 + 16, oldw, neww, 2))
-		return -2;
+		return -10;
 	__s64 diff = bpf_csum_diff(0, 0, (__be32 *)opt, len, 0);
 	if (diff < 0 || bpf_l4_csum_replace(skb, p->l4 + 16, 0, diff, 0))
-		return -2;
+		return -11;
 	return 0;
 }
 
@@ -672,8 +672,8 @@ next:
 	return mpsteer_goto(skb, c, p.slot, p.step + 1);
 }
 
-/* strip_add_addr: overwrite ADD_ADDR options with NOPs and keep them,
- * so they can be put back later (`mpsteer chain release`). A kept
+/* strip_add_addr: withhold ADD_ADDR options and keep them, so they can
+ * be put back later (`mpsteer chain release`). A kept
  * option marked for release goes back into the next packet of its
  * subflow (its HMAC does not depend on the packet). */
 static __always_inline int release_one(struct __sk_buff *skb, struct pkt *p, struct withheld_key *k)
@@ -700,9 +700,9 @@ static __always_inline int release_one(struct __sk_buff *skb, struct pkt *p, str
 			buf[q & 0x1f] = TCPOPT_NOP;
 	int err = insert_opt(skb, p, buf, padded, 0);
 	if (err == -1)
-		return 0; /* no room in this one: the next packet */
+		return -1; /* no room in this one: the next packet */
 	if (err)
-		return -1;
+		return err;
 	w->release = 2;
 	return 1;
 }
@@ -727,12 +727,19 @@ int act_strip_add_addr(struct __sk_buff *skb)
 	k.dport = ad.dport;
 
 	if (!(p.types & T_ADD_ADDR)) {
-		if (p.types & T_MPTCP) {
+		/* Any segment of the subflow can carry it back: the stack parses
+		 * MPTCP options on every one (pure ACKs often carry none). */
+		if (!(p.types & (T_FIN | T_RST))) {
 			int r = release_one(skb, &p, &k);
-			if (r < 0)
+			if (r <= -2) {
+				mpsteer_count(c, 3); /* errors */
+				mpsteer_count(c, 1);
 				return TCX_DROP; /* half-rewritten: never let it go */
+			}
 			if (r > 0)
 				mpsteer_count(c, 0);
+			if (r == -1)
+				mpsteer_count(c, 2); /* no room: the next packet */
 		}
 		goto next;
 	}
@@ -752,8 +759,18 @@ int act_strip_add_addr(struct __sk_buff *skb)
 	w.len = len;
 	__builtin_memcpy(w.opt, opt, 32);
 	bpf_map_update_elem(&mpsteer_withheld, &k, &w, BPF_ANY);
-	/* Overwrite with NOPs over a 4-byte aligned span of the header
-	 * (checksum words start at even offsets) and fix the checksum by the
+	/* A packet with no DSS is the kernel's pure ACK made for the
+	 * announcement (it leaves the DSS out to make room). Dropping it is
+	 * harmless, the next ACK says the same, while a copy with the option
+	 * blanked would be a packet without any MPTCP option: on a connection
+	 * that is not yet fully established the peer then falls back to plain
+	 * TCP. */
+	if (!(p.types & (T_DATA | T_DATA_ACK))) {
+		mpsteer_count(c, 0);
+		return TCX_DROP;
+	}
+	/* Otherwise NOPs over a 4-byte aligned span of the header (checksum
+	 * words start at even offsets); the checksum is fixed by the
 	 * difference. */
 	__u32 start = (20 + i) & ~3u, end = (20 + i + len + 3) & ~3u;
 	__u32 span = (end - start) & 0x3c;
@@ -766,7 +783,8 @@ int act_strip_add_addr(struct __sk_buff *skb)
 	for (__u32 q = 0; q < 40; q++) {
 		if (q >= span)
 			break;
-		after[q] = (q >= from && q < from + len) ? TCPOPT_NOP : before[q];
+		__u32 o = q - from;
+		after[q] = (q < from || o >= len) ? before[q] : TCPOPT_NOP;
 	}
 	__s64 diff = bpf_csum_diff((__be32 *)before, span, (__be32 *)after, span, 0);
 	if (diff < 0)
