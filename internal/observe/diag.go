@@ -48,7 +48,7 @@ type Subflow struct {
 	TotalRetrans uint32 // segments retransmitted over the lifetime
 	Lost         uint32
 	Unacked      uint32
-	NotSent      uint32 // bytes queued on the subflow, not sent yet
+	NotSent      uint32        // bytes queued on the subflow, not sent yet
 	LastDataSent time.Duration // since the last data was sent
 	LastAckRecv  time.Duration // since the last ACK arrived
 	CAState      uint8         // congestion-avoidance state (4 = loss recovery after an RTO)
