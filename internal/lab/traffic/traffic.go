@@ -57,7 +57,15 @@ func (m *Meter) Span() (time.Duration, time.Duration) {
 	return time.Duration(m.first.Load()), time.Duration(m.last.Load())
 }
 
+// listen binds the port on every address of the server, as a multi-homed
+// server does: subflows joining an address the server announced (ADD_ADDR)
+// must find the listener too.
 func listen(ns string, addr netip.AddrPort, proto Proto) (net.Listener, error) {
+	wild := netip.IPv4Unspecified()
+	if addr.Addr().Is6() {
+		wild = netip.IPv6Unspecified()
+	}
+	addr = netip.AddrPortFrom(wild, addr.Port())
 	var ln net.Listener
 	err := netnsutil.Do(ns, func() error {
 		var lc net.ListenConfig
