@@ -33,6 +33,7 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 
 	var spec datapath.ChainSpec
 	var hook string
+	var addJSON bool
 	add := &cobra.Command{
 		Use:   "add --dev DEV --hook ingress|egress --select EXPR --act 'ACTOR(args)…'",
 		Short: "Attach a chain (the device is left as it was if anything is wrong)",
@@ -42,6 +43,9 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 			var st datapath.ChainStatus
 			if err := client().Do(http.MethodPost, "/v1/chains", spec, &st); err != nil {
 				return err
+			}
+			if addJSON {
+				return printJSON(st)
 			}
 			fmt.Printf("chain %d on %s %s\n", st.ID, st.Dev, st.Hook)
 			return nil
@@ -54,6 +58,7 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 	add.Flags().Uint32Var(&spec.ID, "id", 0, "chain id (default: the first free one)")
 	add.Flags().Uint32Var(&spec.Before, "before", 0, "run before this chain")
 	add.Flags().Uint32Var(&spec.After, "after", 0, "run after this chain")
+	add.Flags().BoolVar(&addJSON, "json", false, "print the new chain's status as JSON")
 	add.MarkFlagRequired("dev")
 	add.MarkFlagRequired("hook")
 	add.MarkFlagRequired("act")

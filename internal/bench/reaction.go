@@ -7,14 +7,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
-	"syscall"
 	"time"
 
-	"mpsteer/internal/api"
 	"mpsteer/internal/lab/vethhosts"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
@@ -98,37 +93,13 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 	}
 	defer cl.Close()
 
-	dir, err := os.MkdirTemp("", "mpsteer-reaction")
+	// A slow tick: what is measured is the reaction to events.
+	d, err := startDaemon(binary, h.Client, fmt.Sprintf("interval: 1s\npolicies:\n  - {name: prefer, paths: [%s]}\n", h.ClientAddr(1)))
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	cfg := filepath.Join(dir, "config.yaml")
-	// A slow tick: what is measured is the reaction to events.
-	os.WriteFile(cfg, []byte(fmt.Sprintf("interval: 1s\npolicies:\n  - {name: prefer, paths: [%s]}\n", h.ClientAddr(1))), 0o644)
-	sock := filepath.Join(dir, "d.sock")
-	logf, _ := os.Create(filepath.Join(dir, "daemon.log"))
-	defer logf.Close()
-	cmd := exec.Command("ip", "netns", "exec", h.Client, binary, "daemon", "--config", cfg, "--socket", sock)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	client := api.NewClient(sock)
-	for i := 0; ; i++ {
-		if _, err := client.Status(); err == nil {
-			break
-		}
-		if i > 200 {
-			log, _ := os.ReadFile(logf.Name())
-			return nil, fmt.Errorf("daemon did not start: %s", log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	defer d.stop()
+	client := d.client
 
 	cev, err := listen(h.Client)
 	if err != nil {

@@ -285,6 +285,7 @@ func TestSelectors(t *testing.T) {
 	t.Run("sequence ranges", both(func(t *testing.T, v6 bool, a, b string) {
 		for sel, want := range map[string]uint64{
 			"seq(1000, 1001)": 1, "seq(0, 1000)": 0, "seq(4294967000, 2000)": 1, // wraps
+			"seq(0, 4294967296)": 1, "seq(1001, 1000)": 0, // every number but 1000
 			"dseq(4096, 4097)": 1, "dseq(0, 4096)": 0,
 		} {
 			_, r := h.chain(sel, "count")

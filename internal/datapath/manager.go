@@ -48,7 +48,11 @@ type ChainStatus struct {
 	Skipped  uint64      `json:"skipped_packets"`
 	Errors   uint64      `json:"errors"`
 	FirstNs  uint64      `json:"first_packet_ktime_ns,omitempty"`
-	Withheld []Withheld  `json:"withheld_add_addr,omitempty"`
+	// CPUTimeNs is the kernel's count of the time spent in the chain
+	// (entry and every step), kept while BPF run-time statistics are on
+	// (sysctl kernel.bpf_stats_enabled=1, or a benchmark holding them).
+	CPUTimeNs uint64     `json:"cpu_time_ns,omitempty"`
+	Withheld  []Withheld `json:"withheld_add_addr,omitempty"`
 }
 
 // StepCount is one step with its count actor's counters.
@@ -323,6 +327,7 @@ func (m *Manager) del(id uint32) error {
 	m.setActive(id, noSlot)
 	c.entry.Close()
 	// Forget what it withheld.
+	m.objs.MpsteerReleasePending.Put(id, uint32(0))
 	var k stepsWithheldKey
 	var v stepsWithheldVal
 	it := m.objs.MpsteerWithheld.Iterate()
@@ -430,6 +435,10 @@ func (m *Manager) Release(id uint32) (int, error) {
 			return 0, fmt.Errorf("widen chain %d to see the subflows to release into: %w", id, err)
 		}
 	}
+	// Pending first: a packet that sees a released option must look.
+	if err := m.objs.MpsteerReleasePending.Put(id, uint32(1)); err != nil {
+		return 0, err
+	}
 	for _, e := range todo {
 		e.v.Release = 1
 		if err := m.objs.MpsteerWithheld.Put(&e.k, &e.v); err != nil {
@@ -457,6 +466,10 @@ func (m *Manager) List() []*ChainStatus {
 
 func (m *Manager) status(c *chain) *ChainStatus {
 	st := &ChainStatus{ChainSpec: c.spec, Ifindex: c.ifindex}
+	// Tail calls do not return, so the entry's run time covers the chain.
+	if ps, err := c.entry.Stats(); err == nil {
+		st.CPUTimeNs = uint64(ps.Runtime)
+	}
 	var per []stepsMpsteerStats
 	if err := m.objs.MpsteerStats.Lookup(c.spec.ID, &per); err == nil {
 		for _, s := range per {

@@ -65,24 +65,25 @@ type stepsWithheldVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	stepsMapMpsteerActive    = "mpsteer_active"
-	stepsMapMpsteerChains    = "mpsteer_chains"
-	stepsMapMpsteerStats     = "mpsteer_stats"
-	stepsMapMpsteerStepCount = "mpsteer_step_count"
-	stepsMapMpsteerSteps     = "mpsteer_steps"
-	stepsMapMpsteerWithheld  = "mpsteer_withheld"
-	stepsProgActClampRwnd    = "act_clamp_rwnd"
-	stepsProgActCount        = "act_count"
-	stepsProgActDrop         = "act_drop"
-	stepsProgActMark         = "act_mark"
-	stepsProgActSetBackup    = "act_set_backup"
-	stepsProgActStripAddAddr = "act_strip_add_addr"
-	stepsProgMpsteerEntry    = "mpsteer_entry"
-	stepsProgSelPrefix       = "sel_prefix"
-	stepsProgSelSeq          = "sel_seq"
-	stepsProgSelTuple        = "sel_tuple"
-	stepsProgSelType         = "sel_type"
-	stepsVarChainId          = "chain_id"
+	stepsMapMpsteerActive         = "mpsteer_active"
+	stepsMapMpsteerChains         = "mpsteer_chains"
+	stepsMapMpsteerReleasePending = "mpsteer_release_pending"
+	stepsMapMpsteerStats          = "mpsteer_stats"
+	stepsMapMpsteerStepCount      = "mpsteer_step_count"
+	stepsMapMpsteerSteps          = "mpsteer_steps"
+	stepsMapMpsteerWithheld       = "mpsteer_withheld"
+	stepsProgActClampRwnd         = "act_clamp_rwnd"
+	stepsProgActCount             = "act_count"
+	stepsProgActDrop              = "act_drop"
+	stepsProgActMark              = "act_mark"
+	stepsProgActSetBackup         = "act_set_backup"
+	stepsProgActStripAddAddr      = "act_strip_add_addr"
+	stepsProgMpsteerEntry         = "mpsteer_entry"
+	stepsProgSelPrefix            = "sel_prefix"
+	stepsProgSelSeq               = "sel_seq"
+	stepsProgSelTuple             = "sel_tuple"
+	stepsProgSelType              = "sel_type"
+	stepsVarChainId               = "chain_id"
 )
 
 // loadSteps returns the embedded CollectionSpec for steps.
@@ -144,12 +145,13 @@ type stepsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stepsMapSpecs struct {
-	MpsteerActive    *ebpf.MapSpec `ebpf:"mpsteer_active"`
-	MpsteerChains    *ebpf.MapSpec `ebpf:"mpsteer_chains"`
-	MpsteerStats     *ebpf.MapSpec `ebpf:"mpsteer_stats"`
-	MpsteerStepCount *ebpf.MapSpec `ebpf:"mpsteer_step_count"`
-	MpsteerSteps     *ebpf.MapSpec `ebpf:"mpsteer_steps"`
-	MpsteerWithheld  *ebpf.MapSpec `ebpf:"mpsteer_withheld"`
+	MpsteerActive         *ebpf.MapSpec `ebpf:"mpsteer_active"`
+	MpsteerChains         *ebpf.MapSpec `ebpf:"mpsteer_chains"`
+	MpsteerReleasePending *ebpf.MapSpec `ebpf:"mpsteer_release_pending"`
+	MpsteerStats          *ebpf.MapSpec `ebpf:"mpsteer_stats"`
+	MpsteerStepCount      *ebpf.MapSpec `ebpf:"mpsteer_step_count"`
+	MpsteerSteps          *ebpf.MapSpec `ebpf:"mpsteer_steps"`
+	MpsteerWithheld       *ebpf.MapSpec `ebpf:"mpsteer_withheld"`
 }
 
 // stepsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -179,18 +181,20 @@ func (o *stepsObjects) Close() error {
 //
 // It can be passed to loadStepsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stepsMaps struct {
-	MpsteerActive    *ebpf.Map `ebpf:"mpsteer_active"`
-	MpsteerChains    *ebpf.Map `ebpf:"mpsteer_chains"`
-	MpsteerStats     *ebpf.Map `ebpf:"mpsteer_stats"`
-	MpsteerStepCount *ebpf.Map `ebpf:"mpsteer_step_count"`
-	MpsteerSteps     *ebpf.Map `ebpf:"mpsteer_steps"`
-	MpsteerWithheld  *ebpf.Map `ebpf:"mpsteer_withheld"`
+	MpsteerActive         *ebpf.Map `ebpf:"mpsteer_active"`
+	MpsteerChains         *ebpf.Map `ebpf:"mpsteer_chains"`
+	MpsteerReleasePending *ebpf.Map `ebpf:"mpsteer_release_pending"`
+	MpsteerStats          *ebpf.Map `ebpf:"mpsteer_stats"`
+	MpsteerStepCount      *ebpf.Map `ebpf:"mpsteer_step_count"`
+	MpsteerSteps          *ebpf.Map `ebpf:"mpsteer_steps"`
+	MpsteerWithheld       *ebpf.Map `ebpf:"mpsteer_withheld"`
 }
 
 func (m *stepsMaps) Close() error {
 	return _StepsClose(
 		m.MpsteerActive,
 		m.MpsteerChains,
+		m.MpsteerReleasePending,
 		m.MpsteerStats,
 		m.MpsteerStepCount,
 		m.MpsteerSteps,

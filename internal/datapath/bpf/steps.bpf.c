@@ -51,6 +51,15 @@ struct {
 	__type(value, struct withheld_val);
 } mpsteer_withheld SEC(".maps");
 
+/* Chains with ADD_ADDR options marked for release: only their packets
+ * pay for looking the options up. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MPSTEER_MAX_CHAINS);
+	__type(key, __u32);
+	__type(value, __u32);
+} mpsteer_release_pending SEC(".maps");
+
 volatile const __u32 chain_id = 0;
 
 /* ---- parsing ---------------------------------------------------------- */
@@ -361,6 +370,14 @@ static __always_inline int dss_dsn(struct __sk_buff *skb, struct pkt *p, __u64 *
 	return 0;
 }
 
+/* v in [lo, hi) on the 32-bit circle; lo > hi wraps, and a range of
+ * 2^32 or more holds every number. */
+static __always_inline int in_range32(__u32 v, __u64 lo, __u64 hi)
+{
+	__u64 span = hi >= lo ? hi - lo : hi + (1ULL << 32) - lo;
+	return (__u64)(__u32)(v - (__u32)lo) < span;
+}
+
 SEC("tc")
 int sel_seq(struct __sk_buff *skb)
 {
@@ -374,8 +391,7 @@ int sel_seq(struct __sk_buff *skb)
 	if (t->kind == 0) {
 		__u32 seq;
 		if (bpf_skb_load_bytes(skb, p.l4 + 4, &seq, 4) == 0) {
-			__u32 v = bpf_ntohl(seq), lo = t->lo, hi = t->hi;
-			m = (v - lo) < (hi - lo);
+			m = in_range32(bpf_ntohl(seq), t->lo, t->hi);
 		}
 	} else {
 		__u64 dsn;
@@ -384,7 +400,7 @@ int sel_seq(struct __sk_buff *skb)
 			if (wide)
 				m = (dsn - t->lo) < (t->hi - t->lo);
 			else
-				m = ((__u32)dsn - (__u32)t->lo) < ((__u32)t->hi - (__u32)t->lo);
+				m = in_range32((__u32)dsn, t->lo, t->hi);
 		}
 	}
 	return mpsteer_selected(skb, &p, c, m);
@@ -715,6 +731,12 @@ int act_strip_add_addr(struct __sk_buff *skb)
 	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
 	if (!s)
 		return TCX_NEXT;
+	if (!(p.types & T_ADD_ADDR)) {
+		__u32 cid = c->id;
+		__u32 *pending = bpf_map_lookup_elem(&mpsteer_release_pending, &cid);
+		if (!pending || !*pending)
+			goto next; /* nothing to put back: the common case */
+	}
 	struct addrs ad;
 	if (load_addrs(skb, &p, &ad))
 		goto next;

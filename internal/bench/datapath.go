@@ -1,0 +1,390 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+
+	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"mpsteer/internal/datapath"
+	"mpsteer/internal/lab/traffic"
+	"mpsteer/internal/netnsutil"
+)
+
+// DatapathResult is what chains cost: per packet in the kernel, on a
+// real MPTCP transfer, and from `mpsteer chain add` to the first packet.
+type DatapathResult struct {
+	// "ops" and "chains" at the top level, as the issue asks.
+	*PerPacketResult
+	Transfer *TransferResult `json:"transfer"`
+	Control  *ControlResult  `json:"control"`
+}
+
+// Datapath runs the three parts; binary is the mpsteer executable (the
+// control part runs its daemon and its chain command).
+func Datapath(ctx context.Context, binary string, progress func(string)) (*DatapathResult, error) {
+	var r DatapathResult
+	var err error
+	progress("datapath: per-packet cost of each selector and actor (BPF_PROG_TEST_RUN)")
+	if r.PerPacketResult, err = PerPacket(ctx, 10, 100000, 100000); err != nil {
+		return nil, fmt.Errorf("per packet: %w", err)
+	}
+	progress("datapath: MPTCP transfer with and without chains")
+	if r.Transfer, err = Transfer(ctx, 3, 4, progress); err != nil {
+		return nil, fmt.Errorf("transfer: %w", err)
+	}
+	progress("datapath: chain add → first packet through the chain")
+	if r.Control, err = Control(ctx, binary, 50); err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	return &r, nil
+}
+
+// ---- per packet -------------------------------------------------------------
+
+// OpCost is the cost of one selector or actor, or of the chain entry.
+type OpCost struct {
+	Name        string     `json:"name"`
+	Kind        string     `json:"kind"` // entry, selector or actor
+	Expr        string     `json:"expr"`
+	NsPerPacket float64    `json:"ns_per_packet"`
+	RoundsNs    [2]float64 `json:"rounds_min_max_ns"`
+	Method      string     `json:"method"`
+	Counters    counters   `json:"counters"`
+}
+
+// ChainCost is the cost of a whole chain, entry included.
+type ChainCost struct {
+	Length      int        `json:"length"` // steps
+	Select      string     `json:"select"`
+	Act         string     `json:"act"`
+	NsPerPacket float64    `json:"ns_per_packet"`
+	RoundsNs    [2]float64 `json:"rounds_min_max_ns"`
+	Counters    counters   `json:"counters"`
+}
+
+// counters is what the chain's own counters say it did to the packets it
+// was given: the proof that the path measured is the one named.
+type counters struct {
+	Runs     uint64 `json:"runs"`
+	Selected uint64 `json:"selected"`
+	Modified uint64 `json:"modified"`
+	Dropped  uint64 `json:"dropped"`
+	Skipped  uint64 `json:"skipped"`
+}
+
+type PerPacketResult struct {
+	Rounds             int         `json:"rounds"`
+	RunsPerRound       int         `json:"repeated_runs_per_round"`
+	SingleRunsPerRound int         `json:"single_runs_per_round"`
+	Ops                []OpCost    `json:"ops"`
+	Chains             []ChainCost `json:"chains"`
+	TargetOpNs         float64     `json:"target_op_ns"`
+	TargetChain8Ns     float64     `json:"target_chain_of_8_ns"`
+	PaperSetBackupNs   [2]float64  `json:"emptcp_paper_set_backup_chain_ns"`
+	Setup              string      `json:"setup"`
+}
+
+// variant is one chain under measurement.
+type variant struct {
+	sel, act string
+	pkt      []byte
+	// single: the chain changes the packet, so each run gets a fresh copy
+	// (the kernel's repeat loop would run it again on its own output).
+	single bool
+	id     uint32
+	prog   *ebpf.Program
+	ns     []float64 // mean per round
+	before datapath.ChainStatus
+}
+
+// PerPacket times chains with BPF_PROG_TEST_RUN in a namespace that holds
+// a real MPTCP connection over loopback, so actors that look up the
+// packet's socket find a real subflow. The kernel times each call; a
+// "count" chain timed the same way is subtracted, so the entry's and the
+// timer's own costs cancel. Read-only chains run `repeat` times per call;
+// chains that change the packet run once per call, `single` calls.
+func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResult, error) {
+	ns := fmt.Sprintf("mpbench-dp%d", os.Getpid()%100000)
+	if err := netnsutil.Create(ns); err != nil {
+		return nil, err
+	}
+	defer netnsutil.Delete(ns)
+	if err := netnsutil.Sysctl(ns, "net.mptcp.enabled", "1"); err != nil {
+		return nil, err
+	}
+	m, err := datapath.NewManager()
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+
+	var res *PerPacketResult
+	err = netnsutil.Do(ns, func() error {
+		srv, cli, closeConn, err := loopbackMPTCP()
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		// Packets the client's subflow receives from the server.
+		ack := benchPacket(srv, cli)
+		withAddAddr := benchPacket(srv, cli, mptcpOpt(3, 5, 10, 2, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8)) // id 5, 10.2.0.2, HMAC
+		tuple := fmt.Sprintf("tuple(src=%s, dst=%s)", srv, cli)
+		other := fmt.Sprintf("tuple(src=%s, dst=%s)", srv, netip.AddrPortFrom(cli.Addr(), cli.Port()+1))
+		all := "and src(127.0.0.0/8) and type(data-ack) and seq(0, 4294967296)"
+
+		v := map[string]*variant{
+			// read-only: the kernel's repeat loop
+			"count":  {act: "count", pkt: ack},
+			"count2": {act: "count count", pkt: ack},
+			"tuple":  {sel: tuple, act: "count", pkt: ack},
+			"prefix": {sel: "src(127.0.0.0/8)", act: "count", pkt: ack},
+			"seq":    {sel: "seq(0, 4294967296)", act: "count", pkt: ack},
+			"type":   {sel: "type(data-ack)", act: "count", pkt: ack},
+			"mark":   {act: "mark(mark=7)", pkt: ack},
+			"drop":   {act: "drop", pkt: ack},
+			// the common case of the rewriting actors: nothing to do
+			"backup/steady": {act: "clear_backup", pkt: ack},
+			"strip/none":    {act: "strip_add_addr", pkt: ack},
+			"chain8/ro":     {sel: tuple + " " + all, act: "mark(mark=7) count count count", pkt: ack},
+			// packet-changing: one run per call
+			"count/1":       {act: "count", pkt: ack, single: true},
+			"count/1+addr":  {act: "count", pkt: withAddAddr, single: true},
+			"set_backup":    {act: "set_backup", pkt: ack, single: true},
+			"clamp_rwnd":    {act: "clamp_rwnd(64KiB)", pkt: ack, single: true},
+			"strip":         {act: "strip_add_addr", pkt: withAddAddr, single: true},
+			"chain2":        {sel: tuple, act: "count", pkt: ack, single: true},
+			"chain4":        {sel: tuple, act: "mark(mark=7) clamp_rwnd(64KiB) count", pkt: ack, single: true},
+			"chain4/miss":   {sel: other, act: "mark(mark=7) clamp_rwnd(64KiB) count", pkt: ack, single: true},
+			"chain8":        {sel: tuple + " " + all, act: "mark(mark=7) clamp_rwnd(64KiB) count count", pkt: ack, single: true},
+			"chain/backup":  {sel: "type(data-ack)", act: "set_backup", pkt: ack, single: true},
+			"chain/backup8": {sel: tuple + " " + all, act: "mark(mark=7) clamp_rwnd(64KiB) set_backup count", pkt: ack, single: true},
+		}
+		names := make([]string, 0, len(v))
+		for name, x := range v {
+			id, prog, err := m.AddDetached(x.sel, x.act)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			x.id, x.prog = id, prog
+			st, _ := m.Status(id)
+			x.before = *st
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		defer func() {
+			for _, x := range v {
+				m.Del(x.id)
+			}
+		}()
+		// Rounds interleave the variants, so a noisy moment of this
+		// shared machine hits them all alike.
+		for r := 0; r < rounds; r++ {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			for _, name := range names {
+				x := v[name]
+				mean, err := timeChain(x, repeat, single)
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				x.ns = append(x.ns, mean)
+			}
+		}
+		res = &PerPacketResult{Rounds: rounds, RunsPerRound: repeat, SingleRunsPerRound: single,
+			TargetOpNs: 100, TargetChain8Ns: 300, PaperSetBackupNs: [2]float64{640, 900},
+			Setup: fmt.Sprintf("BPF_PROG_TEST_RUN in a namespace with an MPTCP connection over loopback; packet: IPv4 ACK %s → %s with timestamps and DSS data-ack (ADD_ADDR added for strip_add_addr); times from the kernel's own timer", srv, cli)}
+		return derive(res, v, m)
+	})
+	return res, err
+}
+
+// timeChain returns the mean kernel time of one run of the chain.
+func timeChain(x *variant, repeat, single int) (float64, error) {
+	if !x.single {
+		_, d, err := x.prog.Benchmark(x.pkt, repeat, nil)
+		return float64(d.Nanoseconds()), err
+	}
+	var sum float64
+	for i := 0; i < single; i++ {
+		_, d, err := x.prog.Benchmark(x.pkt, 1, nil)
+		if err != nil {
+			return 0, err
+		}
+		sum += float64(d.Nanoseconds())
+	}
+	return sum / float64(single), nil
+}
+
+// derive turns the timed chains into costs per operation. Per round:
+// count = T(count count) − T(count); entry = T(count) − count; a
+// selector = T(selector → count) − T(count); an actor = T(actor) −
+// T(count) + count, with both timed the same way.
+func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) error {
+	rounds := len(v["count"].ns)
+	per := func(f func(r int) float64) (float64, [2]float64) {
+		xs := make([]float64, rounds)
+		for r := range xs {
+			xs[r] = f(r)
+		}
+		sort.Float64s(xs)
+		return xs[rounds/2], [2]float64{xs[0], xs[rounds-1]}
+	}
+	t := func(name string, r int) float64 { return v[name].ns[r] }
+	count := func(r int) float64 { return t("count2", r) - t("count", r) }
+	did := func(name string) (counters, error) {
+		x := v[name]
+		st, err := m.Status(x.id)
+		if err != nil {
+			return counters{}, err
+		}
+		return counters{Runs: st.Seen - x.before.Seen, Selected: st.Selected - x.before.Selected,
+			Modified: st.Modified - x.before.Modified, Dropped: st.Dropped - x.before.Dropped, Skipped: st.Skipped - x.before.Skipped}, nil
+	}
+	op := func(name, kind, label string, f func(r int) float64) error {
+		c, err := did(name)
+		if err != nil {
+			return err
+		}
+		o := OpCost{Name: label, Kind: kind, Expr: v[name].sel + v[name].act, Counters: c,
+			Method: "repeat loop, minus the count chain"}
+		if v[name].single {
+			o.Method = "one run per call, minus a count chain timed the same way"
+		}
+		o.NsPerPacket, o.RoundsNs = per(f)
+		res.Ops = append(res.Ops, o)
+		return nil
+	}
+	sel := func(name string) func(int) float64 {
+		return func(r int) float64 { return t(name, r) - t("count", r) }
+	}
+	act := func(name, base string) func(int) float64 {
+		return func(r int) float64 { return t(name, r) - t(base, r) + count(r) }
+	}
+	// effect: what the chain's counters must show for every run, so that
+	// what is timed is the path that is named.
+	steps := []struct {
+		name, kind, label, effect string
+		f                         func(int) float64
+	}{
+		{"count", "entry", "entry (parse, chain lookup, first tail call)", "", func(r int) float64 { return t("count", r) - count(r) }},
+		{"tuple", "selector", "tuple", "", sel("tuple")},
+		{"prefix", "selector", "src/dst prefix", "", sel("prefix")},
+		{"seq", "selector", "seq", "", sel("seq")},
+		{"type", "selector", "type", "", sel("type")},
+		{"count2", "actor", "count", "", count},
+		{"mark", "actor", "mark", "", act("mark", "count")},
+		{"drop", "actor", "drop", "dropped", act("drop", "count")},
+		{"set_backup", "actor", "set_backup, flag to change (socket lookup, MP_PRIO inserted)", "modified", act("set_backup", "count/1")},
+		{"backup/steady", "actor", "set_backup/clear_backup, flag already right (socket lookup only)", "", act("backup/steady", "count")},
+		{"clamp_rwnd", "actor", "clamp_rwnd (socket lookup, window rewritten)", "modified", act("clamp_rwnd", "count/1")},
+		{"strip", "actor", "strip_add_addr, packet with ADD_ADDR (kept and blanked)", "modified", act("strip", "count/1+addr")},
+		{"strip/none", "actor", "strip_add_addr, packet without ADD_ADDR", "", act("strip/none", "count")},
+	}
+	for _, s := range steps {
+		if err := op(s.name, s.kind, s.label, s.f); err != nil {
+			return err
+		}
+		o := res.Ops[len(res.Ops)-1]
+		c := o.Counters
+		bad := c.Runs == 0 || c.Selected != c.Runs || c.Skipped != 0
+		switch s.effect {
+		case "modified":
+			bad = bad || c.Modified != c.Runs
+		case "dropped":
+			bad = bad || c.Dropped != c.Runs
+		default:
+			bad = bad || c.Modified != 0 || c.Dropped != 0
+		}
+		if bad {
+			return fmt.Errorf("%s: the chain's counters %+v do not show the path named (want every run selected, %s)", o.Name, c, cmp.Or(s.effect, "nothing changed"))
+		}
+	}
+	for _, name := range []string{"chain2", "chain4", "chain4/miss", "chain8/ro", "chain8", "chain/backup", "chain/backup8"} {
+		c, err := did(name)
+		if err != nil {
+			return err
+		}
+		x := v[name]
+		prog, err := datapath.Compile(x.sel, x.act, nil)
+		if err != nil {
+			return err
+		}
+		cc := ChainCost{Length: len(prog.Steps), Select: x.sel, Act: x.act, Counters: c}
+		if x.single {
+			cc.NsPerPacket, cc.RoundsNs = per(func(r int) float64 { return t(name, r) - t("count/1", r) + t("count", r) })
+		} else {
+			cc.NsPerPacket, cc.RoundsNs = per(func(r int) float64 { return t(name, r) })
+		}
+		res.Chains = append(res.Chains, cc)
+	}
+	return nil
+}
+
+// loopbackMPTCP opens an MPTCP connection over loopback in the current
+// namespace and keeps it until closeConn.
+func loopbackMPTCP() (srv, cli netip.AddrPort, closeConn func(), err error) {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(true)
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return srv, cli, nil, err
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	var d net.Dialer
+	d.SetMultipathTCP(true)
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return srv, cli, nil, err
+	}
+	s := <-accepted
+	closeConn = func() {
+		c.Close()
+		if s != nil {
+			s.Close()
+		}
+		ln.Close()
+	}
+	if !traffic.IsMPTCP(c) {
+		closeConn()
+		return srv, cli, nil, errors.New("the loopback connection fell back to TCP")
+	}
+	return c.RemoteAddr().(*net.TCPAddr).AddrPort(), c.LocalAddr().(*net.TCPAddr).AddrPort(), closeConn, nil
+}
+
+// mptcpOpt is an MPTCP option (kind 30) of the given subtype.
+func mptcpOpt(sub byte, rest ...byte) layers.TCPOption {
+	data := append([]byte{sub << 4}, rest...)
+	return layers.TCPOption{OptionType: 30, OptionLength: uint8(len(data) + 2), OptionData: data}
+}
+
+// benchPacket is an Ethernet frame with an IPv4 ACK from → to carrying
+// timestamps, a DSS data-ack and extra.
+func benchPacket(from, to netip.AddrPort, extra ...layers.TCPOption) []byte {
+	nop := layers.TCPOption{OptionType: layers.TCPOptionKindNop, OptionLength: 1}
+	ts := layers.TCPOption{OptionType: layers.TCPOptionKindTimestamps, OptionLength: 10, OptionData: []byte{0, 0, 0, 1, 0, 0, 0, 2}}
+	opts := append([]layers.TCPOption{nop, nop, ts, mptcpOpt(2, 0x01, 0, 0, 0, 100)}, extra...)
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: from.Addr().AsSlice(), DstIP: to.Addr().AsSlice()}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(from.Port()), DstPort: layers.TCPPort(to.Port()), Seq: 1000, Ack: 2000, ACK: true, Window: 65535, Options: opts}
+	tcp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp); err != nil {
+		panic(err) // fixed layers: cannot fail
+	}
+	return buf.Bytes()
+}
