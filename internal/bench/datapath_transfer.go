@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,10 +47,13 @@ type TransferResult struct {
 	// run-time statistics) during the rounds with chains, against the
 	// machine's busy CPU time in those rounds: the precise figure, where
 	// the difference of the two /proc/stat figures above is within noise.
-	ChainCPUSec      float64 `json:"chain_cpu_s"`
-	BusyCPUSecOn     float64 `json:"busy_cpu_s_with_chains"`
-	ChainCPUPct      float64 `json:"chain_cpu_pct_of_busy"`
-	ChainNsPerPacket float64 `json:"chain_ns_per_packet_live"`
+	ChainCPUSec  float64 `json:"chain_cpu_s"`
+	BusyCPUSecOn float64 `json:"busy_cpu_s_with_chains"`
+	ChainCPUPct  float64 `json:"chain_cpu_pct_of_busy"`
+	// The same time against the machine's capacity (all CPUs for the
+	// rounds' wall time): the paper's "extra CPU usage".
+	ChainCPUPctCapacity float64 `json:"chain_cpu_pct_of_capacity"`
+	ChainNsPerPacket    float64 `json:"chain_ns_per_packet_live"`
 	// The same figure for a program that only returns, at the same
 	// hooks during the rounds without chains: the floor any TC program
 	// pays per packet here (at these packet rates caches are cold).
@@ -203,7 +207,7 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 	}
 	defer stats.Close()
 	var cpuOff, cpuOn, bytesOff, bytesOn float64
-	var chainCPU, noopCPU time.Duration
+	var chainCPU, noopCPU, wallOn time.Duration
 	var chainPackets, noopPackets uint64
 	for r := 0; r < rounds; r++ {
 		pair := []bool{false, true}
@@ -227,8 +231,12 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 			if err != nil {
 				return nil, err
 			}
+			t0 := time.Now()
 			mbps, bytes, err := upload(ctx, worlds[0], seconds)
 			after, _ := busyCPU()
+			if on {
+				wallOn += time.Since(t0)
+			}
 			n, cpu := detach()
 			if on {
 				res.ChainPackets += n
@@ -253,6 +261,7 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 	res.CPUAddedPct = (res.CPUSecPerGBOn/res.CPUSecPerGBOff - 1) * 100
 	res.ChainCPUSec, res.BusyCPUSecOn = chainCPU.Seconds(), cpuOn
 	res.ChainCPUPct = chainCPU.Seconds() / cpuOn * 100
+	res.ChainCPUPctCapacity = chainCPU.Seconds() / (wallOn.Seconds() * float64(runtime.NumCPU())) * 100
 	if chainPackets > 0 {
 		res.ChainNsPerPacket = float64(chainCPU.Nanoseconds()) / float64(chainPackets)
 	}

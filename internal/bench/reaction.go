@@ -27,7 +27,12 @@ type ReactionResult struct {
 	DaemonMedianUs float64 `json:"daemon_internal_median_us"`
 	DaemonP99Us    float64 `json:"daemon_internal_p99_us"`
 	PaperMptcpdUs  float64 `json:"emptcp_paper_mptcpd_us"`
-	Setup          string  `json:"setup"`
+	// One MPTCP_PM_CMD_SET_FLAGS call from this harness (no daemon): the
+	// kernel sends the MP_PRIO inside the call, so this is the floor of
+	// any path-manager-based reaction.
+	SetFlagsMedianUs float64 `json:"set_flags_call_median_us"`
+	TargetUs         float64 `json:"target_us"`
+	Setup            string  `json:"setup"`
 }
 
 func listen(ns string) (*pm.EventListener, error) {
@@ -179,9 +184,25 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 			return nil, err
 		}
 	}
+	// The same action without the daemon: toggle the initial subflow.
+	var calls []time.Duration
+	first, second := conn.LocalAddr().(*net.TCPAddr).AddrPort(), conn.RemoteAddr().(*net.TCPAddr).AddrPort()
+	for i := 0; i < 2*n && ctx.Err() == nil; i++ {
+		f := pm.FlagBackup
+		if i%2 == 1 {
+			f = 0
+		}
+		t0 := time.Now()
+		if err := cl.SetSubflowFlags(token, first, second, f); err != nil {
+			return nil, fmt.Errorf("set flags on the initial subflow: %w", err)
+		}
+		calls = append(calls, time.Since(t0))
+	}
+	sort.Slice(calls, func(i, j int) bool { return calls[i] < calls[j] })
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
 	r := &ReactionResult{Samples: len(lat), MedianUs: us(lat[len(lat)/2]), P99Us: us(lat[len(lat)*99/100]), MinUs: us(lat[0]),
+		SetFlagsMedianUs: us(calls[len(calls)/2]), TargetUs: 50,
 		PaperMptcpdUs: 145, Setup: "userspace path manager, veth, daemon with prefer; event: sub_established at the client; applied: sub_priority (backup) at the server"}
 	if st, err := client.Status(); err == nil {
 		r.DaemonMedianUs, r.DaemonP99Us = st.Reaction.MedianUs, st.Reaction.P99Us

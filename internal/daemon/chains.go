@@ -62,7 +62,8 @@ func (d *Daemon) manager() (*datapath.Manager, error) {
 	if d.dp != nil {
 		return d.dp, nil
 	}
-	m, err := datapath.NewManager()
+	// Persist is read once: the maps are chosen when they are loaded.
+	m, err := datapath.NewManagerWith(datapath.Options{PinDir: d.cfg.Persist})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@
 package daemon
 
 import (
+	"path/filepath"
 	"time"
 
 	"mpsteer/internal/policy"
@@ -17,9 +18,12 @@ type Config struct {
 	File      string
 	Interval  time.Duration
 	BackupVia string // auto, endpoint, subflow
-	Policies  []policy.Policy
-	Chains    []*yamlcfg.Map // handled by the datapath (raw, validated there)
-	raw       []byte
+	// Persist is a bpffs directory for the chains' state (withheld
+	// ADD_ADDR options, counters): it survives a daemon restart there.
+	Persist  string
+	Policies []policy.Policy
+	Chains   []*yamlcfg.Map // handled by the datapath (raw, validated there)
+	raw      []byte
 }
 
 // ChainHook validates and keeps chain entries; the datapath installs it.
@@ -46,6 +50,10 @@ func parseConfigMap(m *yamlcfg.Map, env policy.Env) *Config {
 		m.Errorf("interval", "%v is too short (at least 10ms)", cfg.Interval)
 	}
 	cfg.BackupVia = m.Enum("backup_via", "auto", "auto", "endpoint", "subflow")
+	cfg.Persist = m.String("persist", "")
+	if cfg.Persist != "" && !filepath.IsAbs(cfg.Persist) {
+		m.Errorf("persist", "%q is not an absolute path (e.g. /sys/fs/bpf/mpsteer)", cfg.Persist)
+	}
 	seen := map[string]bool{}
 	for _, it := range m.List("policies") {
 		if it.Map == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Hook is where a chain runs.
@@ -97,16 +99,49 @@ type Manager struct {
 	index  map[string]uint32 // program name -> slot in mpsteer_steps
 	user   map[string]*ebpf.Program
 	chains map[uint32]*chain
+	pinned bool
 }
 
-// NewManager loads the step programs and the shared maps.
-func NewManager() (*Manager, error) {
+// Options tune a Manager.
+type Options struct {
+	// PinDir, when set, keeps the chains' state (withheld ADD_ADDR
+	// options, counters, pending releases) in maps pinned there, on a
+	// bpffs, so that it outlives the process: a restarted daemon finds
+	// it again under the same chain ids. Attachments are never pinned:
+	// when the process ends the chains come off the devices (fail open).
+	PinDir string
+}
+
+// persistentMaps hold state keyed by chain id; the others (descriptors,
+// program array) are rebuilt by every process.
+var persistentMaps = []string{"mpsteer_withheld", "mpsteer_stats", "mpsteer_step_count", "mpsteer_release_pending"}
+
+// NewManager loads the step programs and fresh maps.
+func NewManager() (*Manager, error) { return NewManagerWith(Options{}) }
+
+// NewManagerWith loads the step programs and the shared maps, reusing
+// pinned ones when asked to.
+func NewManagerWith(o Options) (*Manager, error) {
 	spec, err := loadSteps()
 	if err != nil {
 		return nil, err
 	}
 	m := &Manager{spec: spec, index: map[string]uint32{}, user: map[string]*ebpf.Program{}, chains: map[uint32]*chain{}}
-	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+	var opts *ebpf.CollectionOptions
+	if o.PinDir != "" {
+		if err := ensureBPFFS(o.PinDir); err != nil {
+			return nil, err
+		}
+		for _, name := range persistentMaps {
+			spec.Maps[name].Pinning = ebpf.PinByName
+		}
+		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: o.PinDir}}
+		m.pinned = true
+	}
+	if err := spec.LoadAndAssign(&m.objs, opts); err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("the maps pinned in %s are from another version of mpsteer; remove them (rm %s/mpsteer_*) to start afresh: %w", o.PinDir, o.PinDir, err)
+		}
 		return nil, fmt.Errorf("load the datapath programs: %w", verifierDetail(err))
 	}
 	progs := map[string]*ebpf.Program{
@@ -125,12 +160,18 @@ func NewManager() (*Manager, error) {
 	return m, nil
 }
 
-// Close detaches every chain and unloads everything.
+// Close detaches every chain and unloads everything. With pinned maps the
+// chains' state stays for the next process.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs error
-	for id := range m.chains {
+	for id, c := range m.chains {
+		if m.pinned {
+			errs = errors.Join(errs, m.detach(c))
+			delete(m.chains, id)
+			continue
+		}
 		errs = errors.Join(errs, m.del(id))
 	}
 	for _, p := range m.user {
@@ -237,7 +278,9 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 		c.entry.Close()
 		return nil, fmt.Errorf("attach to %s %s: %w", spec.Dev, spec.Hook, err)
 	}
-	m.resetStats(spec.ID)
+	if !m.pinned { // pinned counters carry on from the previous process
+		m.resetStats(spec.ID)
+	}
 	m.chains[spec.ID] = c
 	return m.status(c), nil
 }
@@ -306,6 +349,12 @@ func (m *Manager) sharedMaps() map[string]*ebpf.Map {
 func (m *Manager) resetStats(id uint32) {
 	zero := make([]stepsMpsteerStats, ebpf.MustPossibleCPU())
 	m.objs.MpsteerStats.Put(id, zero)
+	zeroSteps := make([][2]uint64, ebpf.MustPossibleCPU())
+	for slot := id * 2; slot < id*2+2; slot++ {
+		for i := uint32(0); i < MaxSteps; i++ {
+			m.objs.MpsteerStepCount.Put(slot*MaxSteps+i, zeroSteps)
+		}
+	}
 }
 
 // Del detaches and forgets a chain.
@@ -320,13 +369,9 @@ func (m *Manager) del(id uint32) error {
 	if !ok {
 		return fmt.Errorf("no chain %d", id)
 	}
-	var err error
-	if c.link != nil {
-		err = c.link.Close()
-	}
-	m.setActive(id, noSlot)
-	c.entry.Close()
-	// Forget what it withheld.
+	err := m.detach(c)
+	// Forget its counters and what it withheld.
+	m.resetStats(id)
 	m.objs.MpsteerReleasePending.Put(id, uint32(0))
 	var k stepsWithheldKey
 	var v stepsWithheldVal
@@ -341,6 +386,17 @@ func (m *Manager) del(id uint32) error {
 		m.objs.MpsteerWithheld.Delete(&k)
 	}
 	delete(m.chains, id)
+	return err
+}
+
+// detach takes a chain off its device and unloads its entry.
+func (m *Manager) detach(c *chain) error {
+	var err error
+	if c.link != nil {
+		err = c.link.Close()
+	}
+	m.setActive(c.spec.ID, noSlot)
+	c.entry.Close()
 	return err
 }
 
@@ -632,7 +688,9 @@ func (m *Manager) AddDetached(selectExpr, actExpr string) (uint32, *ebpf.Program
 		c.entry.Close()
 		return 0, nil, err
 	}
-	m.resetStats(id)
+	if !m.pinned {
+		m.resetStats(id)
+	}
 	m.chains[id] = c
 	return id, c.entry, nil
 }
@@ -689,4 +747,36 @@ func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
 		return nil, err
 	}
 	return m.status(c), nil
+}
+
+// ensureBPFFS makes sure dir is on a bpffs (pins live only there) and
+// exists. /sys/fs/bpf is mounted when it is not yet; anywhere else the
+// caller must mount one (a mount made inside `ip netns exec` would die
+// with that command's mount namespace).
+func ensureBPFFS(dir string) error {
+	onBPFFS := func(p string) bool {
+		var st unix.Statfs_t
+		return unix.Statfs(p, &st) == nil && st.Type == unix.BPF_FS_MAGIC
+	}
+	// The nearest existing ancestor tells which filesystem dir will be on.
+	p := filepath.Clean(dir)
+	for {
+		if _, err := os.Stat(p); err == nil || p == "/" {
+			break
+		}
+		p = filepath.Dir(p)
+	}
+	if !onBPFFS(p) {
+		const std = "/sys/fs/bpf"
+		if dir != std && !strings.HasPrefix(filepath.Clean(dir), std+"/") {
+			return fmt.Errorf("persist: %s is not on a bpffs; mount one first (mount -t bpf bpf DIR) or use a directory under %s", dir, std)
+		}
+		if err := unix.Mount("bpf", std, "bpf", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("persist: mount bpffs on %s: %w", std, err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("persist: %w", err)
+	}
+	return nil
 }

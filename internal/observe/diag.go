@@ -117,11 +117,14 @@ const (
 	tcpClose            = 7
 	diagMsgLen          = 72
 	diagReqLen          = 56
+	tcpDiagGetSock      = 18 // TCPDIAG_GETSOCK
+	compatReqLen        = 60
 )
 
 // Sampler reads sockets of one network namespace.
 type Sampler struct {
-	c *netlink.Conn
+	c        *netlink.Conn
+	noCompat bool // the kernel refused TCPDIAG_GETSOCK
 }
 
 // NewSampler opens a sock_diag socket in the namespace given by the open
@@ -178,20 +181,53 @@ func (s *Sampler) Subflows() ([]Subflow, error) {
 
 // TCP returns every TCP socket that is not listening, MPTCP subflows and
 // plain TCP alike.
+//
+// The kernel walks its whole established-socket hash table for a dump
+// (sized by memory and shared by every namespace: 262144 buckets here),
+// whatever the namespace holds; that walk is most of a sample's cost. The
+// old TCPDIAG_GETSOCK request dumps IPv4 and IPv6 in one walk, where
+// SOCK_DIAG_BY_FAMILY needs one per family; the per-family requests stay
+// as the fallback for kernels without it.
 func (s *Sampler) TCP() ([]Subflow, error) {
+	ext := uint8(1<<(inetDiagInfo-1) | 1<<(inetDiagCong-1))
+	if !s.noCompat {
+		msgs, err := s.c.Execute(netlink.Message{
+			Header: netlink.Header{Type: tcpDiagGetSock, Flags: netlink.Request | netlink.Dump},
+			Data:   compatRequest(ext, allButListen),
+		})
+		if err == nil {
+			return parseSubflows(msgs), nil
+		}
+		s.noCompat = true
+	}
 	var out []Subflow
 	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		msgs, err := s.dump(diagRequest(fam, 1<<(inetDiagInfo-1)|1<<(inetDiagCong-1), allButListen, false))
+		msgs, err := s.dump(diagRequest(fam, ext, allButListen, false))
 		if err != nil {
 			return nil, fmt.Errorf("sock_diag dump (tcp): %w", err)
 		}
-		for _, m := range msgs {
-			if sf, ok := parseSubflow(m.Data); ok {
-				out = append(out, sf)
-			}
-		}
+		out = append(out, parseSubflows(msgs)...)
 	}
 	return out, nil
+}
+
+func parseSubflows(msgs []netlink.Message) []Subflow {
+	out := make([]Subflow, 0, len(msgs))
+	for _, m := range msgs {
+		if sf, ok := parseSubflow(m.Data); ok {
+			out = append(out, sf)
+		}
+	}
+	return out
+}
+
+// compatRequest is struct inet_diag_req (the pre-sock_diag layout): family
+// (0: both), address lengths, extensions, the socket id, states, tables.
+func compatRequest(ext uint8, states uint32) []byte {
+	b := make([]byte, compatReqLen)
+	b[3] = ext
+	binary.NativeEndian.PutUint32(b[52:], states)
+	return b
 }
 
 // Conns returns every MPTCP socket that is not listening.

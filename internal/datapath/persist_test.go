@@ -1,0 +1,71 @@
+package datapath
+
+import (
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// With a pin directory, what a chain withheld and its counters outlive the
+// manager (a daemon restart), and deleting the chain forgets them.
+func TestPinnedStateOutlivesTheManager(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("privileged test: bpffs and BPF programs need root")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		t.Skipf("cannot mount a bpffs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	open := func() *Manager {
+		t.Helper()
+		m, err := NewManagerWith(Options{PinDir: dir + "/state"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	pkt := build(t, ack(false, v4a, v4b, nop, nop, tsOpt, dssAck, addAddr4))
+	run := func(m *Manager) (uint32, *ChainStatus) {
+		t.Helper()
+		id, prog, err := m.AddDetached("type(add-addr)", "strip_add_addr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := prog.Run(&ebpf.RunOptions{Data: pkt}); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := m.Status(id)
+		return id, st
+	}
+
+	m := open()
+	id, st := run(m)
+	if len(st.Withheld) != 1 || st.Seen != 1 {
+		t.Fatalf("first manager: seen %d, withheld %+v", st.Seen, st.Withheld)
+	}
+	m.Close()
+
+	m = open()
+	id2, st := run(m)
+	if id2 != id || len(st.Withheld) != 1 || st.Seen != 2 {
+		t.Fatalf("after a restart: chain %d (was %d), seen %d (want 2), withheld %+v", id2, id, st.Seen, st.Withheld)
+	}
+	if n, err := m.Release(id); n != 1 || err != nil {
+		t.Fatalf("release after a restart: %d, %v", n, err)
+	}
+	m.Del(id)
+	m.Close()
+
+	m = open()
+	defer m.Close()
+	_, st = run(m)
+	if st.Seen != 1 || len(st.Withheld) != 1 || st.Withheld[0].Released {
+		t.Fatalf("a deleted chain's state came back: seen %d, withheld %+v", st.Seen, st.Withheld)
+	}
+	if _, err := NewManagerWith(Options{PinDir: t.TempDir()}); err == nil {
+		t.Errorf("a pin directory outside bpffs was accepted")
+	}
+}

@@ -1,0 +1,96 @@
+package observe
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"testing"
+
+	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/testutil"
+)
+
+// open connects over loopback in the current namespace and keeps both
+// ends open until the test ends.
+func open(t *testing.T, network, addr string, mptcp bool) netip.AddrPort {
+	t.Helper()
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(mptcp)
+	ln, err := lc.Listen(context.Background(), network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	var d net.Dialer
+	d.SetMultipathTCP(mptcp)
+	c, err := d.Dial(network, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if sc := <-accepted; sc != nil {
+		t.Cleanup(func() { sc.Close() })
+	}
+	return c.LocalAddr().(*net.TCPAddr).AddrPort()
+}
+
+// Both ways of dumping (one walk for both families, one per family) see
+// the same sockets: an MPTCP subflow over IPv4 and plain TCP over IPv6.
+func TestSamplerSeesSubflowsAndTCP(t *testing.T) {
+	testutil.RequireLab(t)
+	ns := fmt.Sprintf("mpobs%d", os.Getpid()%100000)
+	if err := netnsutil.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	defer netnsutil.Delete(ns)
+	netnsutil.Sysctl(ns, "net.mptcp.enabled", "1")
+	var mp, plain netip.AddrPort
+	netnsutil.Do(ns, func() error {
+		mp = open(t, "tcp4", "127.0.0.1:0", true)
+		plain = open(t, "tcp6", "[::1]:0", false)
+		return nil
+	})
+	h, err := netnsutil.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var got [2][]string
+	for i, oneWalk := range []bool{true, false} {
+		s, err := NewSampler(int(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.noCompat = !oneWalk
+		all, err := s.TCP()
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sawMP, sawPlain bool
+		for _, sf := range all {
+			got[i] = append(got[i], fmt.Sprintf("%s→%s mptcp=%v", sf.Local, sf.Remote, sf.MPTCP))
+			switch sf.Local {
+			case mp:
+				sawMP = sf.MPTCP && sf.Token != 0 && sf.SRTT > 0
+			case plain:
+				sawPlain = !sf.MPTCP && sf.MSS > 0
+			}
+		}
+		if !sawMP || !sawPlain {
+			t.Errorf("one walk=%v: MPTCP subflow %s seen with its token: %v; TCP over IPv6 %s seen: %v; got %v", oneWalk, mp, sawMP, plain, sawPlain, got[i])
+		}
+		sort.Strings(got[i])
+	}
+	if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
+		t.Errorf("the two dumps differ:\n one walk:   %v\n per family: %v", got[0], got[1])
+	}
+}
