@@ -28,6 +28,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"policies: [{name: prefer, colour: blue}]":      `c.yaml:1: policies[0].colour: unknown key "colour"`,
 		"policies:\n  - name: prefer\n  - name: prefer": `c.yaml:3: policies[1].name: policy "prefer" is listed twice`,
 		"backup_via: magic":                             `backup_via: "magic" is not valid (valid: auto, endpoint, subflow)`,
+		"persist: bpf/state":                            `persist: "bpf/state" is not an absolute path`,
 		"polices: []":                                   `unknown key "polices"`,
 	}
 	for src, want := range cases {
