@@ -333,31 +333,9 @@ func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) er
 // loopbackMPTCP opens an MPTCP connection over loopback in the current
 // namespace and keeps it until closeConn.
 func loopbackMPTCP() (srv, cli netip.AddrPort, closeConn func(), err error) {
-	var lc net.ListenConfig
-	lc.SetMultipathTCP(true)
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	c, _, closeConn, err := traffic.LocalPair("tcp", "127.0.0.1:0", true)
 	if err != nil {
 		return srv, cli, nil, err
-	}
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	var d net.Dialer
-	d.SetMultipathTCP(true)
-	c, err := d.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		ln.Close()
-		return srv, cli, nil, err
-	}
-	s := <-accepted
-	closeConn = func() {
-		c.Close()
-		if s != nil {
-			s.Close()
-		}
-		ln.Close()
 	}
 	if !traffic.IsMPTCP(c) {
 		closeConn()

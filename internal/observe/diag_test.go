@@ -1,7 +1,6 @@
 package observe
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -9,6 +8,7 @@ import (
 	"sort"
 	"testing"
 
+	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/testutil"
 )
@@ -17,28 +17,11 @@ import (
 // ends open until the test ends.
 func open(t *testing.T, network, addr string, mptcp bool) netip.AddrPort {
 	t.Helper()
-	var lc net.ListenConfig
-	lc.SetMultipathTCP(mptcp)
-	ln, err := lc.Listen(context.Background(), network, addr)
+	c, _, closeAll, err := traffic.LocalPair(network, addr, mptcp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	var d net.Dialer
-	d.SetMultipathTCP(mptcp)
-	c, err := d.Dial(network, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if sc := <-accepted; sc != nil {
-		t.Cleanup(func() { sc.Close() })
-	}
+	t.Cleanup(closeAll)
 	return c.LocalAddr().(*net.TCPAddr).AddrPort()
 }
 

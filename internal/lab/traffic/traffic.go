@@ -77,6 +77,42 @@ func listen(ns string, addr netip.AddrPort, proto Proto) (net.Listener, error) {
 	return ln, err
 }
 
+// LocalPair opens a connection to a fresh listener on addr (port 0) in
+// the current namespace; closeAll closes both ends and the listener.
+func LocalPair(network, addr string, mptcp bool) (client, server net.Conn, closeAll func(), err error) {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(mptcp)
+	ln, err := lc.Listen(context.Background(), network, addr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	var d net.Dialer
+	d.SetMultipathTCP(mptcp)
+	client, err = d.Dial(network, ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return nil, nil, nil, err
+	}
+	server = <-accepted
+	closeAll = func() {
+		client.Close()
+		if server != nil {
+			server.Close()
+		}
+		ln.Close()
+	}
+	if server == nil {
+		closeAll()
+		return nil, nil, nil, fmt.Errorf("accept on %s failed", ln.Addr())
+	}
+	return client, server, closeAll, nil
+}
+
 func dial(ctx context.Context, ns string, addr netip.AddrPort, proto Proto) (net.Conn, error) {
 	var c net.Conn
 	err := netnsutil.Do(ns, func() error {
