@@ -198,6 +198,9 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 		}
 		calls = append(calls, time.Since(t0))
 	}
+	if len(lat) == 0 || len(calls) == 0 {
+		return nil, fmt.Errorf("no samples: %w", ctx.Err())
+	}
 	sort.Slice(calls, func(i, j int) bool { return calls[i] < calls[j] })
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
