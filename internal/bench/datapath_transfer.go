@@ -82,7 +82,7 @@ func twoPathHosts() (vethhosts.Hosts, error) {
 		}
 	}
 	for _, ns := range []string{h.Client, h.Server} {
-		c, err := pmClient(ns)
+		c, err := pm.Dial(pm.Options{NetNSName: ns})
 		if err != nil {
 			h.Close()
 			return h, err

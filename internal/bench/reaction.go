@@ -35,24 +35,6 @@ type ReactionResult struct {
 	Setup            string  `json:"setup"`
 }
 
-func listen(ns string) (*pm.EventListener, error) {
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	return pm.ListenEvents(pm.Options{NetNS: int(h)})
-}
-
-func pmClient(ns string) (*pm.Client, error) {
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	return pm.Dial(pm.Options{NetNS: int(h)})
-}
-
 // next waits for an event that matches.
 func next(l *pm.EventListener, match func(pm.Event) bool) (pm.Event, error) {
 	deadline := time.Now().Add(5 * time.Second)
@@ -84,7 +66,7 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 	if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
 		return nil, err
 	}
-	srv, err := pmClient(h.Server)
+	srv, err := pm.Dial(pm.Options{NetNSName: h.Server})
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +74,7 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 	if err := srv.SetLimits(pm.Limits{AddAddrAccepted: 8, Subflows: 8}); err != nil {
 		return nil, err
 	}
-	cl, err := pmClient(h.Client)
+	cl, err := pm.Dial(pm.Options{NetNSName: h.Client})
 	if err != nil {
 		return nil, err
 	}
@@ -106,12 +88,12 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 	defer d.stop()
 	client := d.client
 
-	cev, err := listen(h.Client)
+	cev, err := pm.ListenEvents(pm.Options{NetNSName: h.Client})
 	if err != nil {
 		return nil, err
 	}
 	defer cev.Close()
-	sev, err := listen(h.Server)
+	sev, err := pm.ListenEvents(pm.Options{NetNSName: h.Server})
 	if err != nil {
 		return nil, err
 	}

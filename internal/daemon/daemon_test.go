@@ -73,12 +73,7 @@ func newWorld(t *testing.T) *world {
 }
 
 func dial(t *testing.T, ns string) *pm.Client {
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	c, err := pm.Dial(pm.Options{NetNS: int(h)})
+	c, err := pm.Dial(pm.Options{NetNSName: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,9 +199,7 @@ func TestStripAddAddrHoldsBackASubflow(t *testing.T) {
 	// No subflow endpoint on the client: the second subflow can only come
 	// from the server announcing its second address (ADD_ADDR).
 	for _, h := range []string{world.Client, world.Server} {
-		ns, _ := netnsutil.Open(w.Host(h).NetNS)
-		c, err := pm.Dial(pm.Options{NetNS: int(ns)})
-		ns.Close()
+		c, err := pm.Dial(pm.Options{NetNSName: w.Host(h).NetNS})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -157,7 +157,12 @@ type EventListener struct {
 
 // ListenEvents joins the event group.
 func ListenEvents(o Options) (*EventListener, error) {
-	c, err := genetlink.Dial(&netlink.Config{NetNS: o.NetNS})
+	cfg, done, err := o.netlinkConfig()
+	if err != nil {
+		return nil, fmt.Errorf("mptcp_pm events: %w", err)
+	}
+	c, err := genetlink.Dial(cfg)
+	done()
 	if err != nil {
 		return nil, fmt.Errorf("mptcp_pm events: %w", err)
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/mdlayher/genetlink"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"mpsteer/internal/netnsutil"
 )
 
 // FamilyName and EventGroup are the kernel's names for the family and its
@@ -168,6 +170,22 @@ type Client struct {
 type Options struct {
 	// NetNS is an open file descriptor of a network namespace (0 = current).
 	NetNS int
+	// NetNSName names a namespace under /run/netns instead (ip netns);
+	// it is opened for the dial only.
+	NetNSName string
+}
+
+// netlinkConfig resolves the namespace; done releases what it opened
+// (the socket keeps its namespace once made).
+func (o Options) netlinkConfig() (cfg *netlink.Config, done func(), err error) {
+	if o.NetNSName == "" {
+		return &netlink.Config{NetNS: o.NetNS}, func() {}, nil
+	}
+	h, err := netnsutil.Open(o.NetNSName)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &netlink.Config{NetNS: int(h)}, func() { h.Close() }, nil
 }
 
 // ErrNoMPTCP means the kernel has no mptcp_pm family (no MPTCP support).
@@ -175,7 +193,12 @@ var ErrNoMPTCP = errors.New("the kernel has no MPTCP path manager (mptcp_pm gene
 
 // Dial opens a client.
 func Dial(o Options) (*Client, error) {
-	c, err := genetlink.Dial(&netlink.Config{NetNS: o.NetNS})
+	cfg, done, err := o.netlinkConfig()
+	if err != nil {
+		return nil, fmt.Errorf("mptcp_pm: %w", err)
+	}
+	c, err := genetlink.Dial(cfg)
+	done()
 	if err != nil {
 		return nil, fmt.Errorf("mptcp_pm: open generic netlink: %w", err)
 	}

@@ -30,12 +30,7 @@ func TestFlagsStringAndParse(t *testing.T) {
 
 func dialNS(t *testing.T, ns string) *pm.Client {
 	t.Helper()
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	c, err := pm.Dial(pm.Options{NetNS: int(h)})
+	c, err := pm.Dial(pm.Options{NetNSName: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,12 +40,7 @@ func dialNS(t *testing.T, ns string) *pm.Client {
 
 func listenNS(t *testing.T, ns string) *pm.EventListener {
 	t.Helper()
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	l, err := pm.ListenEvents(pm.Options{NetNS: int(h)})
+	l, err := pm.ListenEvents(pm.Options{NetNSName: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

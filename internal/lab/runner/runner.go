@@ -23,7 +23,6 @@ import (
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/lab/world"
-	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
 )
 
@@ -359,12 +358,7 @@ func ApplyEvent(w *world.World, ev scenario.Event) (string, error) {
 		if p.Endpoint == nil || *p.Endpoint&pm.FlagSubflow == 0 {
 			return "link down (initial path: no endpoint to delete)", nil
 		}
-		h, err := netnsutil.Open(w.Host(world.Client).NetNS)
-		if err != nil {
-			return "", err
-		}
-		defer h.Close()
-		c, err := pm.Dial(pm.Options{NetNS: int(h)})
+		c, err := pm.Dial(pm.Options{NetNSName: w.Host(world.Client).NetNS})
 		if err != nil {
 			return "", err
 		}

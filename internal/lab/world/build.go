@@ -333,12 +333,7 @@ func (w *World) routes() error {
 
 func (w *World) configureMPTCP() error {
 	for _, role := range []string{Client, Server} {
-		ns, err := netnsutil.Open(NetNS(w.Name, role))
-		if err != nil {
-			return err
-		}
-		c, err := pm.Dial(pm.Options{NetNS: int(ns)})
-		ns.Close()
+		c, err := pm.Dial(pm.Options{NetNSName: NetNS(w.Name, role)})
 		if err != nil {
 			return err
 		}
