@@ -18,8 +18,10 @@ generate: deps
 build: generate
 	$(GO) build -o $(BIN) ./cmd/mpsteer
 
+# As root, every privileged test must run: a skip is a failure there
+# (MPSTEER_REQUIRE_PRIVILEGED), so a broken setup cannot pass green.
 test: build
-	MPSTEER_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m ./...
+	MPSTEER_BIN=$(CURDIR)/$(BIN) $(if $(filter 0,$(shell id -u)),MPSTEER_REQUIRE_PRIVILEGED=1) $(GO) test -count=1 -timeout 30m ./...
 
 demo: build
 	$(BIN) lab run scenarios/demo.yaml --out $(OUT)/demo

@@ -28,7 +28,7 @@ joined with and, or, not and parentheses. Actors act on them, in order:
   set_backup  clear_backup  strip_add_addr  clamp_rwnd(10mbit|64KiB)  drop
   mark(mark=N, classid=1:10)  count  and actors loaded with chain load.`,
 	}
-	c.PersistentFlags().StringVar(&socket, "socket", api.DefaultSocket, "the daemon's unix socket")
+	c.PersistentFlags().StringVar(&socket, "socket", "", socketHelp)
 	client := func() *api.Client { return api.NewClient(socket) }
 
 	var spec datapath.ChainSpec

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,8 +21,12 @@ func init() {
 	scenario.DaemonConfigCheck = daemon.CheckConfig
 }
 
+// socketHelp: the default socket depends on the network namespace the
+// command runs in (one daemon per namespace).
+const socketHelp = "the daemon's unix socket (default: " + api.SocketDir + "/mpsteer.sock in the host's network namespace, " + api.SocketDir + "/netns-INODE.sock in any other)"
+
 func socketFlag(c *cobra.Command, p *string) {
-	c.Flags().StringVar(p, "socket", api.DefaultSocket, "the daemon's unix socket")
+	c.Flags().StringVar(p, "socket", "", socketHelp)
 }
 
 func daemonCmd() *cobra.Command {
@@ -151,7 +156,13 @@ func policyCmd() *cobra.Command {
 		Short: "Replace the daemon's policies with those of FILE, without touching live connections",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
+			// The daemon records the file (status shows it, SIGHUP reloads
+			// it): an absolute path names the same file from any directory.
+			file, err := filepath.Abs(args[0])
+			if err != nil {
+				return err
+			}
+			data, err := os.ReadFile(file)
 			if err != nil {
 				return err
 			}
@@ -159,7 +170,7 @@ func policyCmd() *cobra.Command {
 			if _, err := daemon.ParseConfig(args[0], data, daemon.Env()); err != nil {
 				return err
 			}
-			r, err := api.NewClient(socket).Apply(api.ApplyRequest{File: args[0], Config: string(data)})
+			r, err := api.NewClient(socket).Apply(api.ApplyRequest{File: file, Config: string(data)})
 			if err != nil {
 				return err
 			}

@@ -12,12 +12,38 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 )
 
-// DefaultSocket is where the daemon listens unless told otherwise.
-const DefaultSocket = "/run/mpsteer/mpsteer.sock"
+// SocketDir holds the daemons' sockets.
+const SocketDir = "/run/mpsteer"
+
+// DefaultSocket is where the daemon of the caller's network namespace
+// listens unless told otherwise: SocketDir/mpsteer.sock in the host's own
+// namespace (the one process 1 is in), SocketDir/netns-INODE.sock in any
+// other. /run is shared by every namespace, and one daemon runs per
+// namespace: a CLI run with `ip netns exec B` must reach B's daemon, never
+// the host's.
+func DefaultSocket() string {
+	self, err := netnsInode("/proc/self/ns/net")
+	if err != nil {
+		return filepath.Join(SocketDir, "mpsteer.sock")
+	}
+	if init, err := netnsInode("/proc/1/ns/net"); err == nil && init == self {
+		return filepath.Join(SocketDir, "mpsteer.sock")
+	}
+	return filepath.Join(SocketDir, fmt.Sprintf("netns-%d.sock", self))
+}
+
+func netnsInode(path string) (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
 
 // Status is what `mpsteer status` shows.
 type Status struct {
@@ -103,10 +129,10 @@ type Client struct {
 	http   *http.Client
 }
 
-// NewClient connects to the daemon's socket (DefaultSocket if empty).
+// NewClient connects to the daemon's socket (DefaultSocket() if empty).
 func NewClient(socket string) *Client {
 	if socket == "" {
-		socket = DefaultSocket
+		socket = DefaultSocket()
 	}
 	return &Client{socket: socket, http: &http.Client{
 		Timeout: 30 * time.Second,

@@ -6,6 +6,7 @@
 package daemon
 
 import (
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -22,12 +23,18 @@ type Config struct {
 	// ADD_ADDR options, counters): it survives a daemon restart there.
 	Persist  string
 	Policies []policy.Policy
-	Chains   []*yamlcfg.Map // handled by the datapath (raw, validated there)
-	raw      []byte
+	// policyKeys are the policies' entries in canonical form: a reload
+	// keeps a running policy (and its state) whose entry did not change.
+	policyKeys []string
+	Chains     []ChainEntry
 }
 
-// ChainHook validates and keeps chain entries; the datapath installs it.
-var ChainHook func(m *yamlcfg.Map)
+// ChainEntry is a chain the config declares, with where it was declared
+// (for errors that only show when it is attached).
+type ChainEntry struct {
+	Spec  ChainConfig
+	Where string // file:line: chains[i]
+}
 
 // ParseConfig reads a config; every problem names file, line and key.
 func ParseConfig(file string, data []byte, env policy.Env) (*Config, error) {
@@ -39,7 +46,7 @@ func ParseConfig(file string, data []byte, env policy.Env) (*Config, error) {
 	if err := m.Err(); err != nil {
 		return nil, err
 	}
-	cfg.File, cfg.raw = file, data
+	cfg.File = file
 	return cfg, nil
 }
 
@@ -69,16 +76,15 @@ func parseConfigMap(m *yamlcfg.Map, env policy.Env) *Config {
 		}
 		seen[p.Name()] = true
 		cfg.Policies = append(cfg.Policies, p)
+		cfg.policyKeys = append(cfg.policyKeys, it.Map.Canonical())
 	}
-	for _, it := range m.List("chains") {
+	for i, it := range m.List("chains") {
 		if it.Map == nil {
 			m.ErrorAt(it.Node, it.Path, "a chain is a mapping, e.g. {dev: eth0, hook: ingress, select: ..., act: ...}")
 			continue
 		}
-		if ChainHook != nil {
-			ChainHook(it.Map)
-		}
-		cfg.Chains = append(cfg.Chains, it.Map)
+		cfg.Chains = append(cfg.Chains, ChainEntry{Spec: parseChain(it.Map),
+			Where: fmt.Sprintf("%s:%d: chains[%d]", m.File(), it.Map.Line(), i)})
 	}
 	m.Done()
 	return cfg

@@ -44,7 +44,9 @@ type Daemon struct {
 	engine    *policy.Engine
 	hint      []string
 	hintOwned bool // the prefer policy exists only because of the hint
-	interval  chan time.Duration
+	// intervalChanged wakes the main loop to re-read cfg.Interval; a send
+	// never blocks (one pending wake-up is enough).
+	intervalChanged chan struct{}
 
 	pmc     *pm.Client
 	sampler *observe.Sampler
@@ -52,8 +54,8 @@ type Daemon struct {
 	rto     *datapath.RTOCapper
 	rtoErr  string
 	dp      *datapath.Manager
-	// configChains are the chains the config declared (replaced on reload).
-	configChains []uint32
+	// configChains are the chains the config declared, as attached.
+	configChains []configChain
 	cookie       uint64
 	netns        string
 
@@ -100,7 +102,7 @@ func LoadConfig(file string) (*Config, error) {
 // changed.
 func Run(ctx context.Context, o Options) error {
 	if o.Socket == "" {
-		o.Socket = api.DefaultSocket
+		o.Socket = api.DefaultSocket()
 	}
 	if o.StateDir == "" {
 		o.StateDir = "/run/mpsteer"
@@ -113,7 +115,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	d := &Daemon{opts: o, log: log.New(o.Log, "mpsteer: ", log.LstdFlags|log.Lmicroseconds), cfg: cfg,
-		engine: &policy.Engine{Policies: cfg.Policies}, interval: make(chan time.Duration, 1)}
+		engine: &policy.Engine{Policies: cfg.Policies}, intervalChanged: make(chan struct{}, 1)}
 	if d.pmc, err = pm.Dial(pm.Options{}); err != nil {
 		return err
 	}
@@ -139,7 +141,7 @@ func Run(ctx context.Context, o Options) error {
 		d.record(prev.Restore())
 	}
 	d.act = d.chooseActuator(cfg.BackupVia, state)
-	if err := d.applyConfigChains(cfg); err != nil {
+	if _, err := d.reconcileChains(cfg); err != nil {
 		d.record(d.act.Restore())
 		return err
 	}
@@ -168,10 +170,18 @@ func Run(ctx context.Context, o Options) error {
 			return nil
 		case <-tick.C:
 			d.tick()
-		case iv := <-d.interval:
+		case <-d.intervalChanged:
+			d.mu.Lock()
+			iv := d.cfg.Interval
+			d.mu.Unlock()
 			tick.Reset(iv)
 		case <-hup:
-			if msg, err := d.reload(o.ConfigFile, nil); err != nil {
+			// The file the daemon runs now: --config, or the last one
+			// `policy apply` sent.
+			d.mu.Lock()
+			file := d.cfg.File
+			d.mu.Unlock()
+			if msg, err := d.reload(file, nil); err != nil {
 				d.log.Printf("SIGHUP: config not applied, the old one stays: %v", err)
 			} else {
 				d.log.Printf("SIGHUP: %s", msg)
@@ -373,8 +383,10 @@ func (d *Daemon) react(ev pm.Event) {
 	d.record(acts)
 }
 
-// reload swaps the policies for those of a new config; on any error the
-// running ones stay untouched.
+// reload applies a new config, all or nothing: on any error the running
+// config stays untouched. What did not change is left alone: chains whose
+// declaration is the same keep their counters and state, and policies
+// whose entry is the same keep theirs.
 func (d *Daemon) reload(file string, data []byte) (string, error) {
 	var cfg *Config
 	var err error
@@ -388,14 +400,25 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.applyConfigChains(cfg); err != nil {
-		// The old chains were removed: put them back.
-		if rerr := d.applyConfigChains(d.cfg); rerr != nil {
-			d.log.Printf("restoring the previous chains failed: %v", rerr)
-		}
+	if cfg.Persist != d.cfg.Persist && d.dp != nil {
+		return "", fmt.Errorf("%s: persist: %q cannot change while the daemon runs (it is %q; restart the daemon to change it)", file, cfg.Persist, d.cfg.Persist)
+	}
+	warnings, err := d.reconcileChains(cfg)
+	if err != nil {
 		return "", err
 	}
-	engine := &policy.Engine{Policies: cfg.Policies}
+	// Nothing below can fail.
+	kept := 0
+	for i, key := range cfg.policyKeys {
+		for j, old := range d.cfg.policyKeys {
+			if key == old && j < len(d.cfg.Policies) {
+				cfg.Policies[i] = d.cfg.Policies[j]
+				kept++
+				break
+			}
+		}
+	}
+	engine := &policy.Engine{Policies: append([]policy.Policy(nil), cfg.Policies...)}
 	d.hintOwned = false
 	if d.hint != nil {
 		d.applyHint(engine, d.hint)
@@ -405,15 +428,23 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 		state := loadState(filepath.Join(d.opts.StateDir, fmt.Sprintf("daemon-netns-%d.json", d.cookie)))
 		d.act = d.chooseActuator(cfg.BackupVia, state)
 	}
-	if cfg.Interval != d.cfg.Interval {
-		d.interval <- cfg.Interval
-	}
+	ivChanged := cfg.Interval != d.cfg.Interval
 	d.cfg, d.engine = cfg, engine
+	if ivChanged {
+		select {
+		case d.intervalChanged <- struct{}{}:
+		default: // a wake-up is pending already; it reads the new value
+		}
+	}
 	var names []string
 	for _, p := range engine.Policies {
 		names = append(names, p.Name())
 	}
-	return fmt.Sprintf("applied %s: policies [%s]", file, strings.Join(names, ", ")), nil
+	msg := fmt.Sprintf("applied %s: policies [%s] (%d kept with their state), %d chain(s)", file, strings.Join(names, ", "), kept, len(d.configChains))
+	for _, w := range warnings {
+		msg += "; warning: " + w
+	}
+	return msg, nil
 }
 
 // applyHint gives the user's hint to the prefer policy, adding one (first,
@@ -433,6 +464,7 @@ func (d *Daemon) setHint(targets []string, clear bool) (string, error) {
 	defer d.mu.Unlock()
 	if clear {
 		d.hint = nil
+		msg := "preference cleared: the kernel's default behaviour applies"
 		if p, _ := d.engine.Get("prefer").(*policy.Prefer); p != nil {
 			if d.hintOwned {
 				var keep []policy.Policy
@@ -443,10 +475,14 @@ func (d *Daemon) setHint(targets []string, clear bool) (string, error) {
 				}
 				d.engine.Policies, d.hintOwned = keep, false
 			} else {
-				p.SetTargets(nil)
+				// The config's own prefer policy goes back to its paths.
+				p.ResetTargets()
+				if t := p.Targets(); len(t) > 0 {
+					msg = "preference cleared: back to the config's paths " + strings.Join(t, ", then ")
+				}
 			}
 		}
-		return "preference cleared: the kernel's default behaviour applies", nil
+		return msg, nil
 	}
 	if len(targets) == 0 {
 		return "", errors.New("name at least one interface or address to prefer")

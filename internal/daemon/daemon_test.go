@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -13,6 +15,7 @@ import (
 
 	"mpsteer/internal/api"
 	"mpsteer/internal/daemon"
+	"mpsteer/internal/datapath"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
@@ -82,39 +85,9 @@ func dial(t *testing.T, ns string) *pm.Client {
 }
 
 // startDaemon runs the real binary in the client namespace.
-func (w *world) startDaemon(t *testing.T, config string) (*exec.Cmd, *api.Client, string) {
+func (w *world) startDaemon(t *testing.T, config string) *testutil.Daemon {
 	t.Helper()
-	cfg := filepath.Join(w.dir, "config.yaml")
-	os.WriteFile(cfg, []byte(config), 0o644)
-	sock := filepath.Join(w.dir, "d.sock")
-	logFile := filepath.Join(w.dir, "daemon.log")
-	logf, _ := os.Create(logFile)
-	cmd := exec.Command("ip", "netns", "exec", w.h.Client, testutil.Binary(t), "daemon", "--config", cfg, "--socket", sock)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile)
-			t.Logf("daemon log:\n%s", b)
-		}
-	})
-	c := api.NewClient(sock)
-	for i := 0; ; i++ {
-		if _, err := c.Status(); err == nil {
-			break
-		}
-		if i > 100 {
-			b, _ := os.ReadFile(logFile)
-			t.Fatalf("daemon did not come up:\n%s", b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return cmd, c, logFile
+	return testutil.StartDaemon(t, w.h.Client, config)
 }
 
 // upload runs an MPTCP bulk upload and returns the bytes acknowledged per
@@ -165,7 +138,7 @@ func share(acked map[netip.Addr]uint64, a netip.Addr) float64 {
 
 func TestPreferSendsTheBytesOverThePreferredPath(t *testing.T) {
 	w := newWorld(t)
-	_, c, _ := w.startDaemon(t, "policies: []\n")
+	c := w.startDaemon(t, "policies: []\n").Client
 	// The hint turns the prefer policy on at run time.
 	if _, err := c.Prefer(api.PreferRequest{Targets: []string{w.h.Dev(2)}}); err != nil {
 		t.Fatal(err)
@@ -212,85 +185,246 @@ func TestCleanExitUndoesAndKillLeavesMPTCPWorking(t *testing.T) {
 	w := newWorld(t)
 	before := endpointFlags(t, w.cli)
 	prefer := "policies:\n  - {name: prefer, paths: [" + w.h.ClientAddr(1).String() + "]}\n"
-	cmd, _, logFile := w.startDaemon(t, prefer)
+	d := w.startDaemon(t, prefer)
 	w.upload(t, 2*time.Second, nil)
 	during := endpointFlags(t, w.cli)
 	if during[w.h.ClientAddr(2)]&pm.FlagBackup == 0 {
 		t.Fatalf("endpoints while preferring path 1: %v, want path 2 backup", during)
 	}
 	// Clean exit: everything back as it was.
-	cmd.Process.Signal(syscall.SIGTERM)
-	cmd.Wait()
+	d.Stop(syscall.SIGTERM)
 	if after := endpointFlags(t, w.cli); len(after) != len(before) || after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] {
-		b, _ := os.ReadFile(logFile)
+		b, _ := os.ReadFile(d.Log)
 		t.Fatalf("after SIGTERM endpoints %v, want %v as before\n%s", after, before, b)
 	}
 
 	// Killed: the backup flag stays, yet MPTCP keeps working (a backup path
 	// is only avoided while another is usable) ...
-	cmd, _, _ = w.startDaemon(t, prefer)
+	d = w.startDaemon(t, prefer)
 	w.upload(t, 1*time.Second, nil)
-	cmd.Process.Kill()
-	cmd.Wait()
+	d.Stop(syscall.SIGKILL)
 	acked := w.upload(t, 2*time.Second, nil)
 	if acked[w.h.ClientAddr(1)] == 0 {
 		t.Fatalf("no traffic after the daemon was killed: %v", acked)
 	}
 	// ... and the next daemon undoes what the killed one left.
-	_, _, logFile = w.startDaemon(t, "policies: []\n")
+	d = w.startDaemon(t, "policies: []\n")
 	time.Sleep(300 * time.Millisecond)
 	if after := endpointFlags(t, w.cli); after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] || len(after) != len(before) {
-		b, _ := os.ReadFile(logFile)
+		b, _ := os.ReadFile(d.Log)
 		t.Fatalf("after restart endpoints %v, want %v\n%s", after, before, b)
 	}
 }
 
 func TestPolicyApplyAndSIGHUP(t *testing.T) {
 	w := newWorld(t)
-	cmd, c, _ := w.startDaemon(t, "policies: []\n")
-	cfg := filepath.Join(w.dir, "config.yaml")
+	d := w.startDaemon(t, "policies: []\n")
+	c := d.Client
 	// A broken config is refused and the running one stays.
-	_, err := c.Apply(api.ApplyRequest{File: "new.yaml", Config: "policies: [{name: prefer, k: 0}]"})
-	if err == nil || !strings.Contains(err.Error(), "new.yaml:1: policies[0].k") {
+	bad := filepath.Join(d.Dir, "bad.yaml")
+	_, err := c.Apply(api.ApplyRequest{File: bad, Config: "policies: [{name: prefer, k: 0}]"})
+	if err == nil || !strings.Contains(err.Error(), bad+":1: policies[0].k") {
 		t.Fatalf("bad config: %v", err)
 	}
-	if st, _ := c.Status(); len(st.Policies) != 0 {
-		t.Fatalf("policies after a refused apply: %+v", st.Policies)
+	if st, _ := c.Status(); len(st.Policies) != 0 || st.Config != d.Config {
+		t.Fatalf("after a refused apply: policies %+v, config %s", st.Policies, st.Config)
 	}
-	if _, err := c.Apply(api.ApplyRequest{File: "new.yaml", Config: "policies: [{name: dynthresh}]"}); err != nil {
-		t.Fatal(err)
+	// A relative file name is refused: SIGHUP would read another file.
+	if _, err := c.Apply(api.ApplyRequest{File: "new.yaml", Config: "policies: []"}); err == nil || !strings.Contains(err.Error(), "not an absolute path") {
+		t.Fatalf("relative file: %v", err)
 	}
-	if st, _ := c.Status(); len(st.Policies) != 1 || st.Policies[0].Name != "dynthresh" {
-		t.Fatalf("after apply: %+v", st.Policies)
+	// policy apply (the CLI, run from another directory) records the
+	// absolute path, and SIGHUP reloads that file.
+	applied := filepath.Join(d.Dir, "applied.yaml")
+	os.WriteFile(applied, []byte("policies: [{name: dynthresh}]\n"), 0o644)
+	cli := exec.Command("ip", "netns", "exec", w.h.Client, testutil.Binary(t), "policy", "apply", "applied.yaml", "--socket", d.Socket)
+	cli.Dir = d.Dir
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("policy apply: %v\n%s", err, out)
 	}
-	// SIGHUP re-reads the file given at start.
-	os.WriteFile(cfg, []byte("policies: [{name: prefer, paths: [veth1]}]\n"), 0o644)
-	cmd.Process.Signal(syscall.SIGHUP)
+	if st, _ := c.Status(); len(st.Policies) != 1 || st.Policies[0].Name != "dynthresh" || st.Config != applied {
+		t.Fatalf("after apply: policies %+v, config %q (want %q)", st.Policies, st.Config, applied)
+	}
+	os.WriteFile(applied, []byte("policies: [{name: prefer, paths: [veth1]}]\n"), 0o644)
+	d.Cmd.Process.Signal(syscall.SIGHUP)
 	for i := 0; i < 50; i++ {
-		if st, _ := c.Status(); len(st.Policies) == 1 && st.Policies[0].Name == "prefer" {
+		if st, _ := c.Status(); len(st.Policies) == 1 && st.Policies[0].Name == "prefer" && st.Config == applied {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("SIGHUP did not load the new config")
+	t.Fatal("SIGHUP did not reload the file status shows")
 }
 
+// A reload leaves what did not change alone: a chain declared the same way
+// keeps its id and counters across SIGHUP, a failed apply changes nothing,
+// and interval changes in a row never hang the daemon.
+func TestReloadKeepsUnchangedChainsAndIsAllOrNothing(t *testing.T) {
+	w := newWorld(t)
+	chain := "chains:\n  - {dev: veth1, hook: egress, select: 'dst(10.0.0.0/8)', act: count}\n"
+	d := w.startDaemon(t, "interval: 100ms\n"+chain)
+	chains := func() []datapath.ChainStatus {
+		t.Helper()
+		var out []datapath.ChainStatus
+		if err := d.Client.Do(http.MethodGet, "/v1/chains", nil, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	w.upload(t, time.Second, nil)
+	before := chains()
+	if len(before) != 1 || before[0].Selected == 0 {
+		t.Fatalf("chains before: %+v", before)
+	}
+	// SIGHUP with the file unchanged (interval changes twice on the way,
+	// through the API and the signal: neither may block the main loop).
+	if _, err := d.Client.Apply(api.ApplyRequest{File: d.Config, Config: "interval: 50ms\n" + chain}); err != nil {
+		t.Fatal(err)
+	}
+	d.Cmd.Process.Signal(syscall.SIGHUP)
+	if _, err := d.Client.Apply(api.ApplyRequest{File: d.Config, Config: "interval: 70ms\n" + chain}); err != nil {
+		t.Fatal(err)
+	}
+	d.Cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(300 * time.Millisecond)
+	st, err := d.Client.Status()
+	if err != nil {
+		t.Fatalf("daemon does not answer after reloads: %v", err)
+	}
+	if st.IntervalMs != 100 {
+		t.Fatalf("interval %v ms after SIGHUP of the 100ms file", st.IntervalMs)
+	}
+	after := chains()
+	if len(after) != 1 || after[0].ID != before[0].ID || after[0].Selected < before[0].Selected {
+		t.Fatalf("chain after reloads %+v, want id %d and counters ≥ %d (not reset)", after, before[0].ID, before[0].Selected)
+	}
+	// An apply whose second chain cannot attach changes nothing, and the
+	// error names the entry's line.
+	badCfg := chain + "  - {dev: nosuch0, hook: ingress, act: count}\n"
+	_, err = d.Client.Apply(api.ApplyRequest{File: d.Config, Config: badCfg})
+	if err == nil || !strings.Contains(err.Error(), d.Config+":3: chains[1]") || !strings.Contains(err.Error(), "nosuch0") {
+		t.Fatalf("apply with a bad device: %v", err)
+	}
+	if again := chains(); len(again) != 1 || again[0].ID != before[0].ID || again[0].Selected < after[0].Selected {
+		t.Fatalf("chains after a refused apply: %+v", again)
+	}
+	// A changed chain with a declared id is replaced in place.
+	if _, err := d.Client.Apply(api.ApplyRequest{File: d.Config, Config: fmt.Sprintf("chains:\n  - {id: %d, dev: veth1, hook: egress, select: 'dst(10.1.0.0/16)', act: count}\n", before[0].ID)}); err == nil {
+		// The entry without an id was attached under the manager's id;
+		// declaring that id with new expressions replaces it.
+		if got := chains(); len(got) != 1 || got[0].ID != before[0].ID || got[0].Select != "dst(10.1.0.0/16)" {
+			t.Fatalf("after replacing: %+v", got)
+		}
+	} else {
+		t.Fatal(err)
+	}
+}
+
+// The daemon's own credential check: a non-root peer that gets past the
+// socket's mode is told why it is refused.
 func TestStatusNeedsRoot(t *testing.T) {
 	w := newWorld(t)
-	_, _, _ = w.startDaemon(t, "policies: []\n")
-	sock := filepath.Join(w.dir, "d.sock")
-	fi, err := os.Stat(sock)
+	d := w.startDaemon(t, "policies: []\n")
+	fi, err := os.Stat(d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode %v, want 0600", fi.Mode().Perm())
 	}
-	// Even past the file mode, a non-root peer is turned away.
-	os.Chmod(sock, 0o666)
-	os.Chmod(w.dir, 0o755)
-	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", testutil.Binary(t), "status", "--socket", sock).CombinedOutput()
+	// Open the way to the socket for everyone (its directory and every
+	// parent), so that only the daemon's check stands in the way.
+	os.Chmod(d.Dir, 0o755)
+	for dir := filepath.Dir(d.Socket); dir != "/"; dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			t.Fatalf("%s is not searchable by others; the test needs a world-searchable path", dir)
+		}
+	}
+	os.Chmod(d.Socket, 0o666)
+	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", testutil.Binary(t), "status", "--socket", d.Socket).CombinedOutput()
 	if err == nil {
 		t.Fatalf("status as nobody succeeded: %s", out)
+	}
+	if !strings.Contains(string(out), "answers root only") || !strings.Contains(string(out), "uid 65534") {
+		t.Fatalf("status as nobody: %v: %s (want the daemon's refusal naming the uid)", err, out)
+	}
+	// Root gets through the same socket.
+	if _, err := d.Client.Status(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One daemon per network namespace: without --socket, the CLI in another
+// namespace does not reach this one.
+func TestDefaultSocketIsPerNamespace(t *testing.T) {
+	w := newWorld(t)
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(cfg, []byte("policies: []\n"), 0o644)
+	cmd := exec.Command("ip", "netns", "exec", w.h.Client, testutil.Binary(t), "daemon", "--config", cfg)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", log.String())
+		}
+	})
+	status := func(ns string) (string, error) {
+		out, err := exec.Command("ip", "netns", "exec", ns, testutil.Binary(t), "status").CombinedOutput()
+		return string(out), err
+	}
+	var out string
+	var err error
+	for i := 0; i < 100; i++ {
+		if out, err = status(w.h.Client); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || !strings.Contains(out, "netns "+w.h.Client) {
+		t.Fatalf("status in the daemon's namespace: %v\n%s", err, out)
+	}
+	out, err = status(w.h.Server)
+	if err == nil || !strings.Contains(out, "no mpsteer daemon is listening") {
+		t.Fatalf("status from another namespace reached a daemon: %v\n%s", err, out)
+	}
+}
+
+// `prefer --clear` takes the user's hint back: the config's own prefer
+// policy returns to the paths it names, it does not lose them.
+func TestPreferClearKeepsTheConfigPaths(t *testing.T) {
+	w := newWorld(t)
+	c := w.startDaemon(t, "policies: [{name: prefer, paths: ["+w.h.Dev(1)+"]}]\n").Client
+	targets := func() []any {
+		t.Helper()
+		st, err := c.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := st.Policies[0].Status.(map[string]any)
+		tg, _ := m["targets"].([]any)
+		return tg
+	}
+	if _, err := c.Prefer(api.PreferRequest{Targets: []string{w.h.Dev(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	// Status is refreshed by the next decision round.
+	time.Sleep(300 * time.Millisecond)
+	if tg := targets(); len(tg) != 1 || tg[0] != w.h.Dev(2) {
+		t.Fatalf("targets with the hint: %v", tg)
+	}
+	r, err := c.Prefer(api.PreferRequest{Clear: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if tg := targets(); len(tg) != 1 || tg[0] != w.h.Dev(1) || !strings.Contains(r.Message, w.h.Dev(1)) {
+		t.Fatalf("after --clear: targets %v, message %q; want the config's %s back", tg, r.Message, w.h.Dev(1))
 	}
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,34 +17,43 @@ import (
 	"mpsteer/internal/api"
 )
 
-// rootOnly accepts connections from root only: the socket's mode already
-// says so, the peer credentials make sure.
-type rootOnly struct{ net.Listener }
+// peerKey carries a connection's peer credentials in its requests' context.
+type peerKey struct{}
 
-func (l rootOnly) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		uc, ok := c.(*net.UnixConn)
-		if !ok {
-			c.Close()
-			continue
-		}
-		raw, err := uc.SyscallConn()
-		if err != nil {
-			c.Close()
-			continue
-		}
-		var cred *unix.Ucred
-		raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
-		if err != nil || cred.Uid != 0 {
-			c.Close()
-			continue
-		}
-		return c, nil
+// peerCred reads who is on the other end of a unix socket connection.
+func peerCred(c net.Conn) *unix.Ucred {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil
 	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if err != nil {
+		return nil
+	}
+	return cred
+}
+
+// rootOnly answers only root: the socket's mode already says so, the peer
+// credentials make sure. Anyone else gets a 403 that says why, rather
+// than a closed connection.
+func rootOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred, _ := r.Context().Value(peerKey{}).(*unix.Ucred)
+		if cred == nil || cred.Uid != 0 {
+			who := "unknown peer"
+			if cred != nil {
+				who = fmt.Sprintf("uid %d", cred.Uid)
+			}
+			writeJSON(w, http.StatusForbidden, api.Reply{Error: fmt.Sprintf("the mpsteer daemon answers root only (this request came from %s): run the command as root", who)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (d *Daemon) serve(socket string) (*http.Server, error) {
@@ -88,6 +98,12 @@ func (d *Daemon) serve(socket string) (*http.Server, error) {
 			writeErr(w, err)
 			return
 		}
+		if !filepath.IsAbs(req.File) {
+			// The daemon runs from its own directory: SIGHUP must find
+			// the same file that status shows.
+			writeErr(w, fmt.Errorf("file %q is not an absolute path (the daemon records it and SIGHUP reloads it)", req.File))
+			return
+		}
 		msg, err := d.reload(req.File, []byte(req.Config))
 		if err != nil {
 			writeErr(w, err)
@@ -99,9 +115,12 @@ func (d *Daemon) serve(socket string) (*http.Server, error) {
 	for _, h := range extraHandlers {
 		h(d, mux)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: rootOnly(mux), ReadHeaderTimeout: 5 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, peerCred(c))
+		}}
 	go func() {
-		if err := srv.Serve(rootOnly{ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Printf("api: %v", err)
 		}
 	}()

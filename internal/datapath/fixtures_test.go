@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+
+	"mpsteer/internal/testutil"
 )
 
 // ---- packets ----------------------------------------------------------------
@@ -175,9 +176,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("privileged test: loading BPF programs needs root")
-	}
+	testutil.RequireRoot(t, "loading BPF programs")
 	m, err := NewManager()
 	if err != nil {
 		t.Fatal(err)

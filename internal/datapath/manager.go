@@ -369,7 +369,11 @@ func (m *Manager) del(id uint32) error {
 	if !ok {
 		return fmt.Errorf("no chain %d", id)
 	}
-	err := m.detach(c)
+	if err := m.detach(c); err != nil {
+		// Inert (it runs no step) but still attached: keep it, so that
+		// a retry or Close can take it off.
+		return fmt.Errorf("detach chain %d from %s %s: %w", id, c.spec.Dev, c.spec.Hook, err)
+	}
 	// Forget its counters and what it withheld.
 	m.resetStats(id)
 	m.objs.MpsteerReleasePending.Put(id, uint32(0))
@@ -386,18 +390,24 @@ func (m *Manager) del(id uint32) error {
 		m.objs.MpsteerWithheld.Delete(&k)
 	}
 	delete(m.chains, id)
-	return err
+	return nil
 }
 
-// detach takes a chain off its device and unloads its entry.
+// detach makes a chain inert, takes it off its device and unloads its
+// entry; it can be called again after a failure.
 func (m *Manager) detach(c *chain) error {
-	var err error
-	if c.link != nil {
-		err = c.link.Close()
-	}
 	m.setActive(c.spec.ID, noSlot)
-	c.entry.Close()
-	return err
+	if c.link != nil {
+		if err := c.link.Close(); err != nil {
+			return err
+		}
+		c.link = nil
+	}
+	if c.entry != nil {
+		c.entry.Close()
+		c.entry = nil
+	}
+	return nil
 }
 
 // Replace swaps a chain's selectors and actors in place: the new

@@ -1,22 +1,22 @@
 package datapath
 
 import (
-	"os"
+	"fmt"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"mpsteer/internal/testutil"
 )
 
 // With a pin directory, what a chain withheld and its counters outlive the
 // manager (a daemon restart), and deleting the chain forgets them.
 func TestPinnedStateOutlivesTheManager(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("privileged test: bpffs and BPF programs need root")
-	}
+	testutil.RequireRoot(t, "bpffs and BPF programs")
 	dir := t.TempDir()
 	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Skipf("cannot mount a bpffs: %v", err)
+		testutil.Unavailable(t, fmt.Sprintf("cannot mount a bpffs: %v", err))
 	}
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
 	open := func() *Manager {

@@ -5,13 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"mpsteer/internal/testutil"
 )
 
 func TestUserActorFromTheTemplate(t *testing.T) {
 	h := newHarness(t)
-	if _, err := exec.LookPath("clang"); err != nil {
-		t.Skip("clang is not installed (make deps installs it)")
-	}
+	testutil.RequireTool(t, "clang")
 	obj := filepath.Join(t.TempDir(), "stamp.o")
 	out, err := exec.Command("clang", "-O2", "-g", "-target", "bpf", "-I", "bpf", "-c", "bpf/template/stamp.bpf.c", "-o", obj).CombinedOutput()
 	if err != nil {

@@ -27,8 +27,11 @@ import (
 type Prefer struct {
 	mu      sync.Mutex
 	targets []string
-	K       float64
-	RTOMax  time.Duration
+	// configured are the paths its config entry named; the user's hint
+	// replaces them until it is cleared.
+	configured []string
+	K          float64
+	RTOMax     time.Duration
 	// RTTWindow: a subflow's RTT is the smallest SRTT it reported over this
 	// window (0 = its current SRTT, literally the paper's). A path that
 	// carries all the data queues up to a BDP of its own traffic, which
@@ -105,6 +108,7 @@ func init() {
 			}
 			p.targets = append(p.targets, t)
 		}
+		p.configured = append([]string(nil), p.targets...)
 		p.K = m.Float("k", p.K, 1, 100)
 		p.RTOMax = m.Duration("rto_max", p.RTOMax)
 		p.RTTWindow = m.Duration("rtt_window", p.RTTWindow)
@@ -145,6 +149,13 @@ func (p *Prefer) SetTargets(targets []string) error {
 	defer p.mu.Unlock()
 	p.targets = append([]string(nil), targets...)
 	return nil
+}
+
+// ResetTargets goes back to the paths of the policy's config entry.
+func (p *Prefer) ResetTargets() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.targets = append([]string(nil), p.configured...)
 }
 
 // Targets returns the current hint.

@@ -14,8 +14,11 @@ import (
 type Daemon struct {
 	Cmd    *exec.Cmd
 	Client *api.Client
+	Dir    string // its own directory: config, socket, log
+	Config string // the config file it was started with
 	Log    string
 	Socket string
+	exited chan struct{}
 }
 
 // StartDaemon runs `mpsteer daemon` with config inside namespace ns and
@@ -27,18 +30,25 @@ func StartDaemon(t testing.TB, ns, config string) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(dir, "config.yaml")
-	os.WriteFile(cfg, []byte(config), 0o644)
-	d := &Daemon{Socket: filepath.Join(dir, "d.sock"), Log: filepath.Join(dir, "daemon.log")}
-	logf, _ := os.Create(d.Log)
-	d.Cmd = exec.Command("ip", "netns", "exec", ns, Binary(t), "daemon", "--config", cfg, "--socket", d.Socket)
+	d := &Daemon{Dir: dir, Config: filepath.Join(dir, "config.yaml"), Socket: filepath.Join(dir, "d.sock"), Log: filepath.Join(dir, "daemon.log")}
+	if err := os.WriteFile(d.Config, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(d.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Cmd = exec.Command("ip", "netns", "exec", ns, Binary(t), "daemon", "--config", d.Config, "--socket", d.Socket)
 	d.Cmd.Stdout, d.Cmd.Stderr = logf, logf
 	if err := d.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	d.exited = exited
+	go func() { d.Cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		d.Cmd.Process.Kill()
-		d.Cmd.Wait()
+		<-exited
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(d.Log)
@@ -47,14 +57,41 @@ func StartDaemon(t testing.TB, ns, config string) *Daemon {
 		os.RemoveAll(dir)
 	})
 	d.Client = api.NewClient(d.Socket)
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
 		if _, err := d.Client.Status(); err == nil {
 			return d
 		}
-		if i > 200 || d.Cmd.ProcessState != nil {
+		select {
+		case <-exited:
 			b, _ := os.ReadFile(d.Log)
-			t.Fatalf("daemon did not come up:\n%s", b)
+			t.Fatalf("daemon exited before it answered:\n%s", b)
+		case <-time.After(50 * time.Millisecond):
 		}
-		time.Sleep(50 * time.Millisecond)
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(d.Log)
+			t.Fatalf("daemon did not answer within 10s:\n%s", b)
+		}
+	}
+}
+
+// Stop sends sig and waits for the daemon to exit (killing it after 10s).
+func (d *Daemon) Stop(sig os.Signal) {
+	d.Cmd.Process.Signal(sig)
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		d.Cmd.Process.Kill()
+		<-d.exited
+	}
+}
+
+// Exited reports whether the daemon process has ended.
+func (d *Daemon) Exited() bool {
+	select {
+	case <-d.exited:
+		return true
+	default:
+		return false
 	}
 }

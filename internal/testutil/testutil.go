@@ -12,22 +12,51 @@ import (
 	"testing"
 )
 
-// RequireLab skips the test unless it can build lab worlds: root, MPTCP,
-// TUN and the ip command.
-func RequireLab(t testing.TB) {
+// RequireEnv names the environment variable that turns every skip of a
+// privileged test into a failure. `make test` sets it when it runs as
+// root, and so does CI: there, a test that cannot run means a broken
+// setup, and a broken setup must not pass green.
+const RequireEnv = "MPSTEER_REQUIRE_PRIVILEGED"
+
+// Unavailable skips the test with reason, or fails it when privileged
+// tests are required (RequireEnv set).
+func Unavailable(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv(RequireEnv) != "" {
+		t.Fatalf("privileged test cannot run: %s (%s is set: a skip here would hide a broken setup)", reason, RequireEnv)
+	}
+	t.Skip("privileged test: " + reason)
+}
+
+// RequireRoot skips (or fails, see Unavailable) unless the test runs as
+// root; what says what needs it.
+func RequireRoot(t testing.TB, what string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("privileged test: needs root (network namespaces, TUN devices); run `make test` as root")
+		Unavailable(t, what+" needs root; run `make test` as root")
 	}
+}
+
+// RequireTool skips (or fails) unless a command is installed.
+func RequireTool(t testing.TB, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		Unavailable(t, name+" is not installed (`make deps` installs it)")
+	}
+}
+
+// RequireLab skips (or fails) unless the test can build lab worlds: root,
+// MPTCP, TUN and the ip command.
+func RequireLab(t testing.TB) {
+	t.Helper()
+	RequireRoot(t, "the lab (network namespaces, TUN devices)")
 	if _, err := os.Stat("/proc/sys/net/mptcp/enabled"); err != nil {
-		t.Skip("privileged test: this kernel has no MPTCP")
+		Unavailable(t, "this kernel has no MPTCP")
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skip("privileged test: /dev/net/tun is missing")
+		Unavailable(t, "/dev/net/tun is missing")
 	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("privileged test: the ip command (iproute2) is missing")
-	}
+	RequireTool(t, "ip")
 }
 
 var (
