@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -39,6 +40,9 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 		Short: "Attach a chain (the device is left as it was if anything is wrong)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkPlacement(cmd, false); err != nil {
+				return err
+			}
 			spec.Hook = datapath.Hook(hook)
 			var st datapath.ChainStatus
 			if err := client().Do(http.MethodPost, "/v1/chains", spec, &st); err != nil {
@@ -147,6 +151,7 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 		func() any { return map[string]uint32{"before": mb, "after": ma} })
 	move.Flags().Uint32Var(&mb, "before", 0, "place before this chain")
 	move.Flags().Uint32Var(&ma, "after", 0, "place after this chain")
+	move.PreRunE = func(cmd *cobra.Command, args []string) error { return checkPlacement(cmd, true) }
 
 	var name string
 	load := &cobra.Command{
@@ -171,4 +176,20 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 	load.Flags().StringVar(&name, "name", "", "actor name (default: the file name)")
 	c.AddCommand(add, list, del, release, replace, move, load)
 	return c
+}
+
+// checkPlacement refuses --before together with --after (a chain goes
+// next to one other chain), a chain id 0 (ids start at 1), and, when
+// required (move), neither of them.
+func checkPlacement(cmd *cobra.Command, required bool) error {
+	before, after := cmd.Flags().Lookup("before"), cmd.Flags().Lookup("after")
+	switch {
+	case before.Changed && after.Changed:
+		return fmt.Errorf("give either --before %s or --after %s, not both: a chain is placed next to one other chain", before.Value, after.Value)
+	case required && !before.Changed && !after.Changed:
+		return errors.New("give the chain to place it next to: --before ID or --after ID")
+	case before.Changed && before.Value.String() == "0", after.Changed && after.Value.String() == "0":
+		return errors.New("chain ids start at 1: --before 0 or --after 0 names no chain")
+	}
+	return nil
 }

@@ -179,7 +179,7 @@ func labDownCmd() *cobra.Command {
 
 func labLsCmd() *cobra.Command {
 	var asJSON bool
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "ls",
 		Short: "List the labs that are up",
 		Args:  cobra.NoArgs,
@@ -188,7 +188,7 @@ func labLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var out []world.Summary
+			out := []world.Summary{} // [] in JSON when no lab is up
 			for _, n := range names {
 				if w, err := world.Load(n); err == nil {
 					out = append(out, w.Summary())
@@ -203,6 +203,8 @@ func labLsCmd() *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print the labs as JSON (a list, empty when none is up)")
+	return c
 }
 
 func labExecCmd() *cobra.Command {
@@ -239,6 +241,20 @@ func labSetCmd() *cobra.Command {
 		Short: "Change a path while traffic flows (rate=, delay=, jitter=, loss=, queue=, trace=; up.rate= for one direction)",
 		Args:  cobra.MinimumNArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The arguments are checked first: their mistakes show without
+			// a lab, and nothing is changed when one of them is wrong.
+			d := scenario.Dir(dir)
+			if d != scenario.DirBoth && d != scenario.DirUp && d != scenario.DirDown {
+				return fmt.Errorf("--dir %q is not valid (valid: both, up, down)", dir)
+			}
+			upDown := len(args) == 3 && (args[2] == "down" || args[2] == "up")
+			var reqs []world.Request
+			if !upDown {
+				var err error
+				if reqs, err = parseSetArgs(args[2:], d); err != nil {
+					return err
+				}
+			}
 			w, err := world.Load(args[0])
 			if err != nil {
 				return err
@@ -253,16 +269,8 @@ func labSetCmd() *cobra.Command {
 				}
 				return fmt.Errorf("lab %s has no path %q (paths: %s)", w.Name, args[1], strings.Join(names, ", "))
 			}
-			d := scenario.Dir(dir)
-			if d != scenario.DirBoth && d != scenario.DirUp && d != scenario.DirDown {
-				return fmt.Errorf("--dir %q is not valid (valid: both, up, down)", dir)
-			}
-			if len(args) == 3 && (args[2] == "down" || args[2] == "up") {
+			if upDown {
 				_, err := world.Control(w.Dir, world.Request{Op: args[2], Link: link, Dir: d})
-				return err
-			}
-			reqs, err := parseSetArgs(args[2:], d)
-			if err != nil {
 				return err
 			}
 			for _, r := range reqs {

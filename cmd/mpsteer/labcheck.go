@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -10,6 +12,10 @@ import (
 )
 
 func init() { extraLabCommands = append(extraLabCommands, labCheckCmd) }
+
+// runCheck runs the measurements (a variable so that tests can stand in for
+// the 55 s check).
+var runCheck = check.Run
 
 func labCheckCmd() *cobra.Command {
 	var asJSON, quick bool
@@ -20,20 +26,37 @@ func labCheckCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
-			rep, err := check.Run(ctx, check.Options{Progress: os.Stderr, Quick: quick})
+			rep, err := runCheck(ctx, check.Options{Progress: os.Stderr, Quick: quick})
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return printJSON(rep)
+				if err := printJSON(rep); err != nil {
+					return err
+				}
+			} else {
+				printCheck(rep)
 			}
-			printCheck(rep)
-			return nil
+			return checkVerdict(rep)
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the measurements as JSON")
 	c.Flags().BoolVar(&quick, "quick", false, "fewer settings and shorter runs")
 	return c
+}
+
+// checkVerdict is the outcome of a finished check: nil when every target
+// was met, else one line naming the targets missed (the command then exits
+// non-zero, after printing the report).
+func checkVerdict(r *check.Report) error {
+	missed := r.Missed()
+	switch {
+	case len(missed) > 0:
+		return fmt.Errorf("lab check: %d target(s) missed: %s", len(missed), strings.Join(missed, "; "))
+	case !r.Pass:
+		return errors.New("lab check: not every target was met")
+	}
+	return nil
 }
 
 func passMark(ok bool) string {

@@ -10,6 +10,14 @@ import (
 )
 
 func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "mpsteer:", err)
+		os.Exit(1)
+	}
+}
+
+// newRootCmd builds the whole command tree afresh (tests run it in-process).
+func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "mpsteer",
 		Short:         "Steer Linux Multipath TCP with policies, and measure them in a lab",
@@ -20,10 +28,7 @@ func main() {
 	for _, add := range extraCommands {
 		root.AddCommand(add())
 	}
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "mpsteer:", err)
-		os.Exit(1)
-	}
+	return root
 }
 
 // extraCommands are registered by the files that implement them.

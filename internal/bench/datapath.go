@@ -17,6 +17,7 @@ import (
 	"mpsteer/internal/datapath"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/stats"
 )
 
 // DatapathResult is what chains cost: per packet in the kernel, on a
@@ -236,8 +237,8 @@ func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) er
 		for r := range xs {
 			xs[r] = f(r)
 		}
-		sort.Float64s(xs)
-		return xs[rounds/2], [2]float64{xs[0], xs[rounds-1]}
+		q := stats.Float64s(xs, 0, 0.5, 1)
+		return q[1], [2]float64{q[0], q[2]}
 	}
 	t := func(name string, r int) float64 { return v[name].ns[r] }
 	count := func(r int) float64 { return t("count2", r) - t("count", r) }

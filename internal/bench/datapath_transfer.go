@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"mpsteer/internal/lab/vethhosts"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
+	"mpsteer/internal/stats"
 )
 
 // TransferResult compares MPTCP uploads over two veth paths with and
@@ -359,15 +359,6 @@ func busyCPU() (float64, error) {
 	return 0, fmt.Errorf("/proc/stat: no cpu line")
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
 // ---- control ------------------------------------------------------------------
 
 // ControlResult is the time from `mpsteer chain add` to the chain acting
@@ -459,9 +450,7 @@ func Control(ctx context.Context, binary string, n int) (*ControlResult, error) 
 		return nil, ctx.Err()
 	}
 	ms := func(xs []time.Duration, q float64) float64 {
-		s := append([]time.Duration(nil), xs...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return float64(s[int(q*float64(len(s)-1))]) / 1e6
+		return float64(stats.Durations(xs, q)[0]) / 1e6
 	}
 	return &ControlResult{Samples: len(startTo),
 		StartToFirstMedianMs: ms(startTo, 0.5), StartToFirstP99Ms: ms(startTo, 0.99),

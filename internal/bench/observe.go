@@ -11,12 +11,12 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"sort"
 	"sync"
 	"time"
 
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
+	"mpsteer/internal/stats"
 )
 
 // ObserveResult is the cost of one sample at a number of subflows.
@@ -144,11 +144,11 @@ func observeOne(ctx context.Context, n int, progress func(string)) (ObserveResul
 		times = append(times, time.Since(t0))
 	}
 	runtime.ReadMemStats(&ms1)
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	q := stats.Durations(times, 0.5, 0.9)
 	res.Samples = reps
-	res.MedianUs = float64(times[len(times)/2]) / 1e3
-	res.P90Us = float64(times[len(times)*9/10]) / 1e3
-	res.NsPerSubflow = float64(times[len(times)/2]) / float64(n)
+	res.MedianUs = float64(q[0]) / 1e3
+	res.P90Us = float64(q[1]) / 1e3
+	res.NsPerSubflow = float64(q[0]) / float64(n)
 	res.AllocBytes = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(reps)
 	return res, nil
 }

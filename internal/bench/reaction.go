@@ -7,12 +7,12 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"sort"
 	"time"
 
 	"mpsteer/internal/lab/vethhosts"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
+	"mpsteer/internal/stats"
 )
 
 // ReactionResult is the daemon's reaction to new subflows: from the
@@ -183,11 +183,11 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 	if len(lat) == 0 || len(calls) == 0 {
 		return nil, fmt.Errorf("no samples: %w", ctx.Err())
 	}
-	sort.Slice(calls, func(i, j int) bool { return calls[i] < calls[j] })
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	r := &ReactionResult{Samples: len(lat), MedianUs: us(lat[len(lat)/2]), P99Us: us(lat[len(lat)*99/100]), MinUs: us(lat[0]),
-		SetFlagsMedianUs: us(calls[len(calls)/2]), TargetUs: 50,
+	lq := stats.Durations(lat, 0, 0.5, 0.99)
+	cq := stats.Durations(calls, 0.5)
+	r := &ReactionResult{Samples: len(lat), MedianUs: us(lq[1]), P99Us: us(lq[2]), MinUs: us(lq[0]),
+		SetFlagsMedianUs: us(cq[0]), TargetUs: 50,
 		PaperMptcpdUs: 145, Setup: "userspace path manager, veth, daemon with prefer; event: sub_established at the client; applied: sub_priority (backup) at the server"}
 	if st, err := client.Status(); err == nil {
 		r.DaemonMedianUs, r.DaemonP99Us = st.Reaction.MedianUs, st.Reaction.P99Us

@@ -129,8 +129,9 @@ func pathBytes(t *testing.T, s *observe.Sampler, w *world.World) map[string]uint
 // within two. What the kernel already queued on the subflow still goes out
 // there, so the client's send buffer is sized as for steering: the paths'
 // total bandwidth-delay product (2 × 100 Mbit/s × 20 ms = 500 KB), which
-// still fills both paths. With 8 MiB the subflow holds ~2 MB and new data stops only after
-// that drained (~175 ms here; docs/datapath.md).
+// still fills both paths. With a much larger send buffer the data already
+// queued on the subflow leaves first, which can take many RTTs
+// (docs/datapath.md).
 func TestSetBackupMovesTrafficOffASubflow(t *testing.T) {
 	w := labWorld(t, strings.Replace(twoPaths, "client: {rmem: 8MiB, wmem: 8MiB}", "client: {rmem: 8MiB, wmem: 512KiB}", 1), "mptcp")
 	d := testutil.StartDaemon(t, w.Host(world.Client).NetNS, "policies: []\n")

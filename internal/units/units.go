@@ -4,6 +4,7 @@
 package units
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -42,23 +43,32 @@ var sizeUnits = map[string]float64{
 
 // splitNumber separates the leading decimal number from its unit.
 func splitNumber(s string) (float64, string, error) {
+	v, _, unit, err := splitNumberText(s)
+	return v, unit, err
+}
+
+// splitNumberText is splitNumber that also returns the number as written.
+// A number too large for a float64 reads as +Inf (or -Inf), so that callers
+// report it as too large rather than as malformed.
+func splitNumberText(s string) (float64, string, string, error) {
 	s = strings.TrimSpace(s)
 	i := 0
 	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.' || s[i] == '-' || s[i] == '+' || s[i] == 'e' && i > 0 && i+1 < len(s) && (s[i+1] >= '0' && s[i+1] <= '9' || s[i+1] == '-')) {
 		i++
 	}
 	if i == 0 {
-		return 0, "", fmt.Errorf("%q does not start with a number", s)
+		return 0, "", "", fmt.Errorf("%q does not start with a number", s)
 	}
 	v, err := strconv.ParseFloat(s[:i], 64)
-	if err != nil {
-		return 0, "", fmt.Errorf("%q: bad number %q", s, s[:i])
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, "", "", fmt.Errorf("%q: bad number %q", s, s[:i])
 	}
-	return v, strings.TrimSpace(s[i:]), nil
+	return v, s[:i], strings.TrimSpace(s[i:]), nil
 }
 
 // ParseRate reads "400mbit", "4 Mbit", "1MB/s", "512kB/s". Zero is allowed
-// (callers decide whether it means "unlimited"); negative rates are not.
+// (callers decide whether it means "unlimited"); negative rates and rates
+// above MaxRate are not.
 func ParseRate(s string) (Rate, error) {
 	v, unit, err := splitNumber(s)
 	if err != nil {
@@ -75,15 +85,29 @@ func ParseRate(s string) (Rate, error) {
 	if !ok {
 		return 0, fmt.Errorf("rate %q has unknown unit %q (valid: bit, kbit, mbit, gbit, B/s, kB/s, MB/s, GB/s, KiB/s, MiB/s)", s, unit)
 	}
-	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+	if math.IsNaN(v) {
+		return 0, fmt.Errorf("rate %q is not a number", s)
+	}
+	if v < 0 {
 		return 0, fmt.Errorf("rate %q must not be negative", s)
+	}
+	if r := v * mult; math.IsInf(r, 0) || r > float64(MaxRate) {
+		return 0, fmt.Errorf("rate %q is too large (the largest accepted rate is %s)", s, MaxRate)
 	}
 	return Rate(v * mult), nil
 }
 
-// ParseSize reads "256KiB", "1GB", "1500B".
+// MaxRate is the largest rate ParseRate accepts: its bits, and so its bytes,
+// per second fit in an int64 (rates are handed on as whole bytes per second).
+const MaxRate Rate = 9223372036 * Gbit
+
+// MaxSize is the largest size ParseSize accepts (Size counts bytes in an
+// int64).
+const MaxSize Size = math.MaxInt64
+
+// ParseSize reads "256KiB", "1GB", "1500B". Sizes above MaxSize are refused.
 func ParseSize(s string) (Size, error) {
-	v, unit, err := splitNumber(s)
+	v, num, unit, err := splitNumberText(s)
 	if err != nil {
 		return 0, err
 	}
@@ -94,10 +118,28 @@ func ParseSize(s string) (Size, error) {
 	if !ok {
 		return 0, fmt.Errorf("size %q has unknown unit %q (valid: B, kB, MB, GB, KiB, MiB, GiB)", s, unit)
 	}
+	if math.IsNaN(v) {
+		return 0, fmt.Errorf("size %q is not a number", s)
+	}
 	if v < 0 {
 		return 0, fmt.Errorf("size %q must not be negative", s)
 	}
-	return Size(math.Round(v * mult)), nil
+	tooLarge := fmt.Errorf("size %q is too large (the largest accepted size is %dB, 8 EiB less one byte)", s, int64(MaxSize))
+	// A whole number of bytes is read exactly, so that every size up to
+	// MaxSize is accepted; others go through float64.
+	if n, err := strconv.ParseInt(num, 10, 64); err == nil {
+		m := int64(mult)
+		if n > int64(MaxSize)/m {
+			return 0, tooLarge
+		}
+		return Size(n * m), nil
+	}
+	b := math.Round(v * mult)
+	// float64(math.MaxInt64) is 2^63, one more than MaxSize.
+	if math.IsInf(b, 0) || b >= float64(math.MaxInt64) {
+		return 0, tooLarge
+	}
+	return Size(b), nil
 }
 
 // ParseDuration reads Go-style durations ("2ms", "1.5s", "200us") and

@@ -91,3 +91,58 @@ func TestStringsRoundTrip(t *testing.T) {
 		t.Errorf("TransmitTime(1500B at 8mbit) = %v, want 1.5ms", got)
 	}
 }
+
+func TestParseSizeRefusesWhatDoesNotFit(t *testing.T) {
+	for _, in := range []string{"1e30GB", "1e400B", "9223372036854775808B", "9300000000GB", "8589934592GiB", "9.3e18B"} {
+		got, err := ParseSize(in)
+		if err == nil || !strings.Contains(err.Error(), "too large") || !strings.Contains(err.Error(), "9223372036854775807B") {
+			t.Errorf("ParseSize(%q) = %v, %v; want a too-large error naming the largest size", in, got, err)
+		}
+	}
+	// The largest size itself, and large sizes near it, are accepted exactly.
+	good := map[string]Size{
+		"9223372036854775807B": MaxSize,
+		"8589934591GiB":        8589934591 << 30,
+		"9e18B":                9e18,
+		"1e-400B":              0,
+	}
+	for in, want := range good {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+}
+
+func TestParseRateRefusesWhatDoesNotFit(t *testing.T) {
+	for _, in := range []string{"1e30gbit", "1e400bit", "1e309mbit", "9223372037gbit", "2e18B/s"} {
+		got, err := ParseRate(in)
+		if err == nil || !strings.Contains(err.Error(), "too large") || !strings.Contains(err.Error(), "9223372036gbit") {
+			t.Errorf("ParseRate(%q) = %v, %v; want a too-large error naming the largest rate", in, got, err)
+		}
+	}
+	if got, err := ParseRate("9223372036gbit"); err != nil || got != MaxRate {
+		t.Errorf("ParseRate(largest) = %v, %v", got, err)
+	}
+	if got, err := ParseRate("-1e400bit"); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Errorf("ParseRate(-1e400bit) = %v, %v; want a negative-rate error", got, err)
+	}
+}
+
+func TestNoNaNOrInfinity(t *testing.T) {
+	for _, in := range []string{"NaNB", "nanB", "InfB", "+InfB", "-InfB", "infinityB"} {
+		if got, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %v; want error", in, got)
+		}
+	}
+	for _, in := range []string{"NaNbit", "Infbit", "+Infmbit", "infinitybit"} {
+		if got, err := ParseRate(in); err == nil {
+			t.Errorf("ParseRate(%q) = %v; want error", in, got)
+		}
+	}
+	for _, in := range []string{"NaN%", "Inf%", "1e400%"} {
+		if got, err := ParseFraction(in); err == nil {
+			t.Errorf("ParseFraction(%q) = %v; want error", in, got)
+		}
+	}
+}

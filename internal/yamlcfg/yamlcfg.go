@@ -3,7 +3,8 @@
 // would have been valid. Unknown keys are errors, never silently ignored.
 //
 // A caller walks the document with Map accessors; each accessor records the
-// key as known. Done reports the keys nobody asked for.
+// key as known. Done reports the keys nobody asked for. A key given twice in
+// one mapping is an error of Parse itself, so no caller can miss it.
 package yamlcfg
 
 import (
@@ -27,6 +28,9 @@ type Errors struct {
 
 func (e *Errors) add(err error) { e.list = append(e.list, err) }
 
+// Count is how many problems have been recorded so far.
+func (e *Errors) Count() int { return len(e.list) }
+
 // Err returns nil or all problems joined, one per line.
 func (e *Errors) Err() error {
 	if len(e.list) == 0 {
@@ -42,6 +46,13 @@ type Map struct {
 	node  *yaml.Node
 	known map[string]bool
 	errs  *Errors
+	// failed holds the keys a problem was recorded for, so that callers can
+	// leave out follow-up complaints about a value already reported bad.
+	failed map[string]bool
+}
+
+func newMap(file, path string, node *yaml.Node, errs *Errors) *Map {
+	return &Map{file: file, path: path, node: node, known: map[string]bool{}, errs: errs, failed: map[string]bool{}}
 }
 
 // ParseFile reads and parses a YAML file. The returned Map is the document's
@@ -63,13 +74,61 @@ func Parse(file string, data []byte) (*Map, error) {
 	errs := &Errors{}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		empty := &yaml.Node{Kind: yaml.MappingNode, Line: 1}
-		return &Map{file: file, node: empty, known: map[string]bool{}, errs: errs}, nil
+		return newMap(file, "", empty, errs), nil
 	}
 	root := resolve(doc.Content[0])
 	if root.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s:%d: the document must be a mapping of keys to values", file, root.Line)
 	}
-	return &Map{file: file, node: root, known: map[string]bool{}, errs: errs}, nil
+	dups := &Errors{}
+	findDuplicates(file, "", doc.Content[0], dups)
+	if err := dups.Err(); err != nil {
+		return nil, err
+	}
+	return newMap(file, "", root, errs), nil
+}
+
+// findDuplicates reports every key given more than once in one mapping,
+// anywhere under n, once per repeated occurrence. Aliases are not followed:
+// the mapping an alias points to is checked where it is defined, so each
+// duplicate is reported once.
+func findDuplicates(file, path string, n *yaml.Node, errs *Errors) {
+	join := func(key string) string {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			findDuplicates(file, path, c, errs)
+		}
+	case yaml.MappingNode:
+		first := map[string]int{}
+		times := map[string]int{}
+		c := n.Content
+		for i := 0; i+1 < len(c); i += 2 {
+			k := c[i]
+			if k.Kind == yaml.ScalarNode {
+				times[k.Value]++
+				if line, seen := first[k.Value]; seen {
+					count := "twice"
+					if times[k.Value] > 2 {
+						count = fmt.Sprintf("%d times", times[k.Value])
+					}
+					errs.add(fmt.Errorf("%s:%d: %s: key %q is given %s (first on line %d)", file, k.Line, join(k.Value), k.Value, count, line))
+				} else {
+					first[k.Value] = k.Line
+				}
+			}
+			findDuplicates(file, join(k.Value), c[i+1], errs)
+		}
+	case yaml.SequenceNode:
+		for i, e := range n.Content {
+			findDuplicates(file, fmt.Sprintf("%s[%d]", path, i), e, errs)
+		}
+	}
 }
 
 func resolve(n *yaml.Node) *yaml.Node {
@@ -115,8 +174,16 @@ func (m *Map) Errorf(key string, format string, args ...any) {
 	if where == "" {
 		where = "(top level)"
 	}
+	if key != "" {
+		m.failed[key] = true
+	}
 	m.errs.add(fmt.Errorf("%s:%d: %s: %s", m.file, line, where, fmt.Sprintf(format, args...)))
 }
+
+// Failed reports whether a problem with key has been recorded already (by an
+// accessor that could not read its value, or by Errorf). Callers use it to
+// leave out a second, follow-up complaint about a value already reported.
+func (m *Map) Failed(key string) bool { return m.failed[key] }
 
 // ErrorAt records a problem at a node that is not a key of a map (a list item).
 func (m *Map) ErrorAt(n *yaml.Node, path string, format string, args ...any) {
@@ -306,7 +373,7 @@ func (m *Map) Map(key string) *Map {
 		m.Errorf(key, "must be a mapping of keys to values, not a %s", kindName(v))
 		return nil
 	}
-	return &Map{file: m.file, path: m.keyPath(key), node: v, known: map[string]bool{}, errs: m.errs}
+	return newMap(m.file, m.keyPath(key), v, m.errs)
 }
 
 // Item is one element of a list: either a scalar or a mapping.
@@ -339,10 +406,11 @@ func (m *Map) List(key string) []Item {
 		it := Item{Path: p, Node: e}
 		switch e.Kind {
 		case yaml.MappingNode:
-			it.Map = &Map{file: m.file, path: p, node: e, known: map[string]bool{}, errs: m.errs}
+			it.Map = newMap(m.file, p, e, m.errs)
 		case yaml.ScalarNode:
 			it.Scalar = e.Value
 		default:
+			m.failed[key] = true
 			m.ErrorAt(e, p, "must be a value or a mapping, not a nested list")
 			continue
 		}
@@ -356,6 +424,7 @@ func (m *Map) Strings(key string) []string {
 	var out []string
 	for _, it := range m.List(key) {
 		if it.Map != nil {
+			m.failed[key] = true
 			m.ErrorAt(it.Node, it.Path, "must be a single value, not a mapping")
 			continue
 		}

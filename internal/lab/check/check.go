@@ -18,6 +18,7 @@ import (
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/lab/world"
+	"mpsteer/internal/stats"
 	"mpsteer/internal/units"
 )
 
@@ -113,18 +114,39 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := c.concurrent(ctx, rep); err != nil {
 		return rep, fmt.Errorf("concurrency check: %w", err)
 	}
-	rep.Pass = rep.Outage.Pass
-	for _, r := range rep.RTT {
-		rep.Pass = rep.Pass && r.Pass
-	}
-	for _, g := range append(append([]GoodputResult{}, rep.Goodput...), rep.Concurrent...) {
-		rep.Pass = rep.Pass && g.Pass
-	}
-	for _, l := range rep.Loss {
-		rep.Pass = rep.Pass && l.Pass
-	}
+	rep.Pass = len(rep.Missed()) == 0
 	rep.TookS = time.Since(start).Seconds()
 	return rep, nil
+}
+
+// Missed names every target the report's measurements missed, in the order
+// they were measured; none means every target was met.
+func (r *Report) Missed() []string {
+	var out []string
+	for _, x := range r.RTT {
+		if !x.Pass {
+			out = append(out, fmt.Sprintf("RTT at %g ms delay", x.DelayMs))
+		}
+	}
+	for _, g := range r.Goodput {
+		if !g.Pass {
+			out = append(out, fmt.Sprintf("rate %g mbit", g.RateMbit))
+		}
+	}
+	for _, l := range r.Loss {
+		if !l.Pass {
+			out = append(out, fmt.Sprintf("loss %g%%", l.ConfiguredPct))
+		}
+	}
+	if !r.Outage.Pass {
+		out = append(out, fmt.Sprintf("outage %g s", r.Outage.ConfiguredS))
+	}
+	for i, g := range r.Concurrent {
+		if !g.Pass {
+			out = append(out, fmt.Sprintf("path %d of 2 at once at %g mbit", i+1, g.RateMbit))
+		}
+	}
+	return out
 }
 
 // world builds a one-variant world from scenario text.
@@ -186,7 +208,8 @@ func (c *checker) rtt(ctx context.Context, rep *Report) error {
 		if len(rtts) == 0 {
 			return traffic.ErrNoAnswers
 		}
-		med, p99 := traffic.Percentile(rtts, 0.5), traffic.Percentile(rtts, 0.99)
+		q := stats.Durations(rtts, 0.5, 0.99)
+		med, p99 := q[0], q[1]
 		if d == 0 {
 			baseline = med
 			rep.BaselineMs = ms(med)

@@ -17,6 +17,7 @@ import (
 
 	"mpsteer/internal/lab/recorder"
 	"mpsteer/internal/observe"
+	"mpsteer/internal/stats"
 )
 
 // SubflowSummary is one connection-level socket on the sending side.
@@ -255,14 +256,13 @@ func FCTStats(fcts []time.Duration) Percentiles {
 	if len(fcts) == 0 {
 		return Percentiles{}
 	}
-	s := append([]time.Duration(nil), fcts...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) / 1e6 }
+	q := stats.Durations(fcts, 0.5, 0.9, 0.99)
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	var sum time.Duration
-	for _, d := range s {
+	for _, d := range fcts {
 		sum += d
 	}
-	return Percentiles{P50: at(0.5), P90: at(0.9), P99: at(0.99), Mean: float64(sum) / float64(len(s)) / 1e6}
+	return Percentiles{P50: ms(q[0]), P90: ms(q[1]), P99: ms(q[2]), Mean: float64(sum) / float64(len(fcts)) / 1e6}
 }
 
 // WriteJSON writes v as indented JSON.

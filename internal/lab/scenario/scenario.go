@@ -233,11 +233,12 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		s.Core = parseCore(c, dir)
 	}
 	for _, p := range s.Paths {
-		if p.ViaCore && s.Core == nil {
+		if p.ViaCore && s.Core == nil && !m.Failed("core") {
 			m.Errorf("paths", "path %q is via core, but the scenario has no core section", p.Name)
 		}
 	}
 
+	trafficErrs := m.Errs().Count()
 	for _, it := range m.List("traffic") {
 		if it.Map == nil {
 			m.ErrorAt(it.Node, it.Path, "traffic is a mapping such as {type: bulk, duration: 10s}")
@@ -245,7 +246,20 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		}
 		s.Traffic = append(s.Traffic, parseTraffic(it.Map, seen))
 	}
-	s.Events = parseEvents(m, "events", seen, dir)
+	// Events at or after the end of time-bound traffic would never run
+	// (the run ends with its traffic); with a size-bound transfer the end
+	// is not known and every time is accepted, and so it is when the
+	// traffic itself has errors (its end would be a guess).
+	end := s.Duration()
+	for _, t := range s.Traffic {
+		if t.End() == 0 {
+			end = 0
+		}
+	}
+	if m.Errs().Count() > trafficErrs {
+		end = 0
+	}
+	s.Events = parseEvents(m, "events", seen, dir, end)
 
 	vitems := m.List("variants")
 	if len(vitems) == 0 {
@@ -253,7 +267,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 	}
 	vseen := map[string]bool{}
 	for _, it := range vitems {
-		v := parseVariant(m, it, seen, dir)
+		v := parseVariant(m, it, seen, dir, end)
 		if v == nil {
 			continue
 		}
@@ -296,6 +310,7 @@ func parsePath(pm *yamlcfg.Map, dir string) *Path {
 	p := &Path{Line: pm.Line()}
 	p.Name = pm.String("name", "")
 	switch {
+	case pm.Failed("name"):
 	case p.Name == "":
 		pm.Errorf("name", "every path needs a name")
 	case !nameRE.MatchString(p.Name):
@@ -321,7 +336,7 @@ func parsePath(pm *yamlcfg.Map, dir string) *Path {
 
 func parseCore(c *yamlcfg.Map, dir string) *Core {
 	n := c.Int("links", 0, 1, MaxCoreLinks)
-	if n == 0 {
+	if n == 0 && !c.Failed("links") {
 		c.Errorf("links", "a core needs links: the number of parallel links (1 to %d)", MaxCoreLinks)
 	}
 	def := ParsePatch(c, dir).Apply(linkemu.Params{})
@@ -335,7 +350,12 @@ func parseCore(c *yamlcfg.Map, dir string) *Core {
 			c.ErrorAt(it.Node, it.Path, "an override is a mapping such as {link: 1, rate: 10mbit}")
 			continue
 		}
-		i := it.Map.Int("link", -1, 0, n-1)
+		i := -1
+		if n > 0 {
+			i = it.Map.Int("link", -1, 0, n-1)
+		} else {
+			it.Map.Has("link") // the core's links are reported already
+		}
 		patch := ParsePatch(it.Map, dir)
 		it.Map.Done()
 		if i >= 0 && i < n {
@@ -371,7 +391,7 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 	var p Patch
 	if m.Has("rate") {
 		r := m.Rate("rate", 0)
-		if r == 0 {
+		if r == 0 && !m.Failed("rate") {
 			m.Errorf("rate", "must be above 0bit (leave rate out for an unlimited link)")
 		}
 		p.Rate = &r
@@ -379,18 +399,24 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 	}
 	if m.Has("trace") {
 		f := m.String("trace", "")
-		if !filepath.IsAbs(f) {
-			f = filepath.Join(dir, f)
-		}
-		tr, err := linkemu.ReadTrace(f)
-		if err != nil {
-			if os.IsNotExist(unwrapPath(err)) {
-				m.Errorf("trace", "trace file %s does not exist", f)
-			} else {
-				m.Errorf("trace", "%v", err)
+		switch {
+		case m.Failed("trace"):
+		case f == "":
+			m.Errorf("trace", "a trace needs the name of a trace file")
+		default:
+			if !filepath.IsAbs(f) {
+				f = filepath.Join(dir, f)
 			}
-		} else {
-			p.Trace = tr
+			tr, err := linkemu.ReadTrace(f)
+			if err != nil {
+				if os.IsNotExist(unwrapPath(err)) {
+					m.Errorf("trace", "trace file %s does not exist", f)
+				} else {
+					m.Errorf("trace", "%v", err)
+				}
+			} else {
+				p.Trace = tr
+			}
 		}
 		if p.Rate != nil {
 			m.Errorf("trace", "give either rate or trace, not both")
@@ -410,7 +436,9 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 	}
 	if m.Has("queue") {
 		s := m.String("queue", "")
-		if n, ok := parsePackets(s); ok {
+		if m.Failed("queue") {
+			// Reported already.
+		} else if n, ok := parsePackets(s); ok {
 			if n <= 0 {
 				m.Errorf("queue", "must hold at least 1 packet")
 			}
@@ -439,7 +467,7 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 				For:   it.Map.Duration("for", 0),
 				Every: it.Map.Duration("every", 0),
 			}
-			if o.For <= 0 {
+			if o.For <= 0 && !it.Map.Failed("for") {
 				it.Map.Errorf("for", "an outage needs a length above 0s")
 			}
 			if o.Every > 0 && o.Every <= o.For {
@@ -525,7 +553,7 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool) Traffic {
 	case Bulk:
 		tr.Duration = t.Duration("duration", 0)
 		tr.Size = t.Size("size", 0)
-		if tr.Duration == 0 && tr.Size == 0 {
+		if tr.Duration == 0 && tr.Size == 0 && !t.Failed("duration") && !t.Failed("size") {
 			t.Errorf("duration", "a bulk transfer needs a duration, a size, or both (it stops at the first reached)")
 		}
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
@@ -541,7 +569,7 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool) Traffic {
 			}
 			tr.Sizes = append(tr.Sizes, sz)
 		}
-		if len(tr.Sizes) == 0 {
+		if len(tr.Sizes) == 0 && !t.Failed("sizes") {
 			t.Errorf("sizes", "short flows need a list of sizes, e.g. [10KiB, 100KiB, 1MiB]")
 		}
 		for _, w := range t.Strings("weights") {
@@ -559,25 +587,35 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool) Traffic {
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
 	case UDPFlood:
 		tr.Path = t.String("path", "")
-		if !paths[tr.Path] {
+		switch {
+		case t.Failed("path"):
+		case tr.Path == "":
+			t.Errorf("path", "a UDP flood needs the path it floods (path: NAME)")
+		case !paths[tr.Path]:
 			t.Errorf("path", "%q is not a path of this scenario", tr.Path)
 		}
 		tr.Start = t.Duration("from", tr.Start)
 		tr.Stop = t.Duration("to", 0)
-		if tr.Stop <= tr.Start {
+		if tr.Stop <= tr.Start && !t.Failed("to") && !t.Failed("from") && !t.Failed("start") {
 			t.Errorf("to", "the flood must end (to) after it starts (from)")
 		}
 		tr.Rate = t.Rate("rate", 0)
-		if tr.Rate == 0 {
+		if tr.Rate == 0 && !t.Failed("rate") {
 			t.Errorf("rate", "a UDP flood needs a rate, e.g. 400mbit")
 		}
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
 	}
-	t.Done()
+	if tr.Kind != "" {
+		// Without a valid type, which keys are valid is unknown: the type's
+		// own error is the one to fix first.
+		t.Done()
+	}
 	return tr
 }
 
-func parseEvents(m *yamlcfg.Map, key string, paths map[string]bool, dir string) []Event {
+// parseEvents reads the events under key. An event at or after end (the
+// time the traffic ends, 0 when unknown) would never run and is refused.
+func parseEvents(m *yamlcfg.Map, key string, paths map[string]bool, dir string, end time.Duration) []Event {
 	var out []Event
 	for _, it := range m.List(key) {
 		if it.Map == nil {
@@ -587,35 +625,47 @@ func parseEvents(m *yamlcfg.Map, key string, paths map[string]bool, dir string) 
 		e := it.Map
 		ev := Event{Line: e.Line()}
 		ev.At = e.Duration("at", 0)
-		if !e.Has("at") {
+		switch {
+		case !e.Has("at"):
 			e.Errorf("at", "every event needs a time (at: 5s)")
+		case e.Failed("at"):
+		case end > 0 && ev.At >= end:
+			e.Errorf("at", "%v is not before the traffic ends (at %v): the event would never run", ev.At, end)
 		}
 		ev.Path = e.String("path", "")
-		if !paths[ev.Path] {
+		switch {
+		case e.Failed("path"):
+		case ev.Path == "" && !e.Has("path"):
+			e.Errorf("path", "every event needs the path it changes (path: NAME)")
+		case !paths[ev.Path]:
 			e.Errorf("path", "%q is not a path of this scenario", ev.Path)
 		}
 		ev.Action = Action(e.Enum("action", "", string(ActSet), string(ActDown), string(ActUp), string(ActRemove)))
 		ev.Dir = Dir(e.Enum("dir", string(DirBoth), string(DirBoth), string(DirUp), string(DirDown)))
-		if set := e.Map("set"); set != nil {
+		hasSet := e.Has("set")
+		set := e.Map("set")
+		if set != nil {
 			ev.Patch = ParsePatch(set, dir)
-			set.Done()
-			if ev.Action == "" {
-				ev.Action = ActSet
-			}
+		}
+		if hasSet && ev.Action == "" && !e.Failed("action") {
+			ev.Action = ActSet
 		}
 		switch {
+		case e.Failed("action"), e.Failed("set"):
+			// Reported already.
 		case ev.Action == "":
 			e.Errorf("action", "every event needs an action (valid: set, down, up, remove)")
-		case ev.Action == ActSet && ev.Patch.Empty():
+		case ev.Action == ActSet && (set == nil || len(set.Keys()) == 0):
 			e.Errorf("set", "a set event needs the keys to change, e.g. set: {rate: 10mbit}")
 		}
+		set.Done()
 		e.Done()
 		out = append(out, ev)
 	}
 	return out
 }
 
-func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, paths map[string]bool, dir string) *Variant {
+func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, paths map[string]bool, dir string, end time.Duration) *Variant {
 	v := &Variant{Line: it.Node.Line}
 	if it.Map == nil {
 		// Short form: "tcp" or "mptcp".
@@ -632,7 +682,9 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, paths map[string]bool, dir st
 	}
 	vm := it.Map
 	v.Name = vm.String("name", "")
-	if v.Name == "" {
+	if vm.Failed("name") {
+		// Reported already.
+	} else if v.Name == "" {
 		vm.Errorf("name", "every variant needs a name")
 	} else if !regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*$`).MatchString(v.Name) {
 		vm.Errorf("name", "%q is not a valid variant name (letters, digits, '+', '.', '_', '-'; it names a directory)", v.Name)
@@ -684,7 +736,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, paths map[string]bool, dir st
 		}
 		d.Done()
 	}
-	v.Events = parseEvents(vm, "events", paths, dir)
+	v.Events = parseEvents(vm, "events", paths, dir, end)
 	vm.Done()
 	return v
 }
@@ -734,8 +786,10 @@ func (s *Scenario) Variant(name string) *Variant {
 	return nil
 }
 
-// Duration is how long the scenario's traffic runs (the latest end of a
-// time-bound generator, or of an event).
+// Duration is how long the scenario's traffic runs: the latest end of a
+// time-bound generator (0 when none is time-bound). Events do not extend
+// it: a run ends with its traffic, so parsing refuses events at or after
+// this time (unless a size-bound transfer leaves the end unknown).
 func (s *Scenario) Duration() time.Duration {
 	var d time.Duration
 	for _, t := range s.Traffic {

@@ -138,6 +138,9 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"ambiguous mbps", "paths: [{name: a, rate: 10mbps}]", `ambiguous`},
 		{"zero rate", "paths: [{name: a, rate: 0mbit}]", `must be above 0bit`},
 		{"too many paths", "paths: [" + strings.Repeat("{name: p},", 17) + "]", `17 paths given; at most 16`},
+		{"duplicate key", "paths:\n  - name: a\n    rate: 1mbit\n    rate: 2mbit", `s.yaml:4: paths[0].rate: key "rate" is given twice (first on line 3)`},
+		{"rmem too large", "hosts: {client: {rmem: 1e30GB}}\npaths: [{name: a}]", `s.yaml:1: hosts.client.rmem: size "1e30GB" is too large`},
+		{"queue too large", "paths: [{name: a, queue: 1e30GB}]", `paths[0].queue: "1e30GB" is not a queue size`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -156,23 +159,109 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 	}
 }
 
-func TestShippedScenariosParse(t *testing.T) {
-	files, _ := filepath.Glob("../../../scenarios/*.yaml")
-	if len(files) == 0 {
-		t.Fatal("no shipped scenarios found")
-	}
-	for _, f := range files {
-		if _, err := Load(f); err != nil {
-			t.Errorf("%s: %v", f, err)
-		}
-	}
-}
-
 func TestPatchApply(t *testing.T) {
 	r := 5 * units.Mbit
 	d := 7 * time.Millisecond
 	p := Patch{Rate: &r, Delay: &d, ClearTrace: true}.Apply(linkemu.Params{Trace: &linkemu.Trace{}, Loss: 0.1})
 	if p.Rate != r || p.Delay != d || p.Trace != nil || p.Loss != 0.1 {
 		t.Fatalf("applied %+v", p)
+	}
+}
+
+// One mistake gives one error: a value that could not be read is not
+// complained about a second time (as zero, missing or invalid).
+func TestOneErrorPerMistake(t *testing.T) {
+	const a = "paths: [{name: a}]\n"
+	cases := []struct {
+		name, src, want string
+	}{
+		{"rate without unit", "paths:\n  - name: a\n    rate: 10", `s.yaml:3: paths[0].rate: rate "10" has no unit`},
+		{"rate too large", "paths: [{name: a, rate: 1e30gbit}]", `paths[0].rate: rate "1e30gbit" is too large`},
+		{"up rate without unit", "paths: [{name: a, up: {rate: 10}}]", `paths[0].up.rate: rate "10" has no unit`},
+		{"trace not a value", "paths: [{name: a, trace: {f: x}}]", `paths[0].trace: must be a single value, not a mapping`},
+		{"trace empty", "paths: [{name: a, trace: ''}]", `paths[0].trace: a trace needs the name of a trace file`},
+		{"queue not a value", "paths: [{name: a, queue: [1]}]", `paths[0].queue: must be a single value, not a list`},
+		{"outage length without unit", "paths: [{name: a, outage: {at: 1s, for: 5}}]", `paths[0].outage[0].for: duration "5" has no unit`},
+		{"path name not a value", "paths: [{name: [a]}]", `paths[0].name: must be a single value, not a list`},
+		{"core links out of range", a + "core: {links: 40, overrides: [{link: 1, rate: 1mbit}]}", `core.links: "40" is not valid (a whole number from 1 to 16)`},
+		{"core not a mapping", "paths: [{name: a, via: core}]\ncore: 4", `core: must be a mapping of keys to values, not a value`},
+		{"bulk duration without unit", a + "traffic: [{type: bulk, duration: 10}]", `traffic[0].duration: duration "10" has no unit`},
+		{"flow sizes without unit", a + "traffic: [{type: flows, sizes: [10]}]", `traffic[0].sizes: size "10" has no unit`},
+		{"flow sizes not values", a + "traffic: [{type: flows, sizes: [{a: 1}]}]", `traffic[0].sizes[0]: must be a single value, not a mapping`},
+		{"unknown traffic type", a + "traffic: [{type: video, duration: 10s, size: 1GB}]", `traffic[0].type: "video" is not valid`},
+		{"flood rate without unit", a + "traffic: [{type: udp-flood, path: a, from: 1s, to: 2s, rate: 10}]", `traffic[0].rate: rate "10" has no unit`},
+		{"flood end without unit", a + "traffic: [{type: udp-flood, path: a, from: 1s, to: 2, rate: 1mbit}]", `traffic[0].to: duration "2" has no unit`},
+		{"flood path not a value", a + "traffic: [{type: udp-flood, path: [a], from: 1s, to: 2s, rate: 1mbit}]", `traffic[0].path: must be a single value, not a list`},
+		{"event action invalid", a + "events: [{at: 1s, path: a, action: jump}]", `events[0].action: "jump" is not valid`},
+		{"event set not a mapping", a + "events: [{at: 1s, path: a, set: 5}]", `events[0].set: must be a mapping of keys to values, not a value`},
+		{"event set of unknown keys", a + "events: [{at: 1s, path: a, set: {colour: red}}]", `events[0].set.colour: unknown key "colour"`},
+		{"event set rate without unit", a + "events: [{at: 1s, path: a, set: {rate: 10}}]", `events[0].set.rate: rate "10" has no unit`},
+		{"event path not a value", a + "events: [{at: 1s, path: [a], action: down}]", `events[0].path: must be a single value, not a list`},
+		{"event time without unit", a + "traffic: [{type: bulk, duration: 5s}]\nevents: [{at: 7, path: a, action: down}]", `events[0].at: duration "7" has no unit`},
+		{"variant name not a value", a + "variants: [{name: [x]}]", `variants[0].name: must be a single value, not a list`},
+		{"bad traffic, late event", a + "traffic: [{type: flows, sizes: [10KiB], interval: 5}]\nevents: [{at: 30s, path: a, action: down}]", `traffic[0].interval: duration "5" has no unit`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := writeScenario(t, c.src, nil)
+			_, err := Load(f)
+			if err == nil {
+				t.Fatalf("no error; want %q", c.want)
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], c.want) {
+				t.Fatalf("errors:\n%v\nwant exactly one, containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestEventsMustRunBeforeTheTrafficEnds(t *testing.T) {
+	const head = `paths: [{name: a}, {name: b}]
+traffic:
+  - {type: bulk, duration: 10s}
+  - {type: udp-flood, path: b, from: 1s, to: 4s, rate: 1mbit}
+`
+	bad := []struct {
+		name, src, want string
+	}{
+		{"at the end", head + "events:\n  - {at: 10s, path: a, action: down}",
+			`s.yaml:6: events[0].at: 10s is not before the traffic ends (at 10s): the event would never run`},
+		{"after the end", head + "events:\n  - {at: 2s, path: a, action: down}\n  - {at: 1m, path: a, action: up}",
+			`s.yaml:7: events[1].at: 1m0s is not before the traffic ends (at 10s)`},
+		{"in a variant", head + "variants:\n  - {name: x, events: [{at: 12s, path: b, action: remove}]}",
+			`s.yaml:6: variants[0].events[0].at: 12s is not before the traffic ends (at 10s)`},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load(writeScenario(t, c.src, nil))
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Count(err.Error(), "\n") != 0 {
+				t.Fatalf("err = %v\nwant exactly one error containing %q", err, c.want)
+			}
+		})
+	}
+	good := []struct{ name, src string }{
+		{"just before the end", head + "events: [{at: 9999ms, path: a, action: down}]\nvariants: [{name: x, events: [{at: 9s, path: b, action: remove}]}]"},
+		// A size-bound transfer has no known end: any time is accepted.
+		{"size-bound only", "paths: [{name: a}]\ntraffic: [{type: bulk, size: 1GB}]\nevents: [{at: 1h, path: a, action: down}]"},
+		{"size-bound beside a timed one", "paths: [{name: a}]\ntraffic: [{type: bulk, size: 1GB}, {type: bulk, duration: 2s}]\nevents: [{at: 5s, path: a, action: down}]"},
+	}
+	for _, c := range good {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := Load(writeScenario(t, c.src, nil)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Events never extend the traffic's duration.
+func TestDurationIgnoresEvents(t *testing.T) {
+	s, err := Load(writeScenario(t, "paths: [{name: a}]\ntraffic: [{type: bulk, size: 1GB}]\nevents: [{at: 30s, path: a, action: down}]", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Duration(); d != 0 {
+		t.Fatalf("Duration = %v, want 0 (size-bound traffic; events do not count)", d)
 	}
 }

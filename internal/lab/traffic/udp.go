@@ -216,14 +216,5 @@ func RTTs(ps []Probe) []time.Duration {
 	return out
 }
 
-// Percentile of sorted durations (q in [0,1]).
-func Percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q * float64(len(sorted)-1))
-	return sorted[i]
-}
-
 // ErrNoAnswers means not one probe came back.
 var ErrNoAnswers = errors.New("no probe was answered")
