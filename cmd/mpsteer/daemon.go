@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -75,7 +74,8 @@ func statusCmd() *cobra.Command {
 }
 
 func printStatus(st *api.Status) {
-	fmt.Printf("daemon pid %d in netns %s, config %s, backup via %s, every %.0f ms\n", st.PID, st.NetNS, st.Config, st.BackupVia, st.IntervalMs)
+	fmt.Printf("daemon pid %d in netns %s, config %s, %s path manager, backup via %s, every %.0f ms\n",
+		st.PID, st.NetNS, st.Config, st.PathManager, st.BackupVia, st.IntervalMs)
 	if len(st.Hint) > 0 {
 		fmt.Printf("user preference: %s\n", strings.Join(st.Hint, ", then "))
 	}
@@ -88,9 +88,19 @@ func printStatus(st *api.Status) {
 		fmt.Println("no MPTCP connections")
 	}
 	for _, c := range st.Connections {
-		fmt.Printf("connection %s\n", c.Token)
+		side := "client side"
+		if c.ServerSide {
+			side = "server side"
+		}
+		fmt.Printf("connection %s  %s → %s  (%s)\n", c.Token, c.Local, c.Remote, side)
+		if len(c.RemoteAddrs) > 0 {
+			fmt.Printf("  peer announced: %s\n", strings.Join(c.RemoteAddrs, ", "))
+		}
 		for _, s := range c.Subflows {
 			flags := ""
+			if s.State != "established" {
+				flags += " " + s.State
+			}
 			if s.BackupLocal {
 				flags += " backup(local)"
 			}
@@ -107,20 +117,20 @@ func printStatus(st *api.Status) {
 				fmt.Printf("      %s: %s — %s\n", s.Decision.Policy, verdict, s.Decision.Reason)
 			}
 		}
+		if n := len(c.Actions); n > 0 {
+			fmt.Println("  subflows and addresses the policies changed:")
+			for _, a := range c.Actions[max(0, n-8):] {
+				fmt.Printf("    %s %s\n", a.At.Format("15:04:05.000"), a)
+			}
+		}
 	}
 	if st.Reaction.Count > 0 {
 		fmt.Printf("reaction to new subflows: %d, median %.0f µs, p99 %.0f µs\n", st.Reaction.Count, st.Reaction.MedianUs, st.Reaction.P99Us)
 	}
 	if n := len(st.Actions); n > 0 {
 		fmt.Println("recent actions:")
-		for _, raw := range st.Actions[max(0, n-5):] {
-			var a daemon.Action
-			json.Unmarshal(raw, &a)
-			line := fmt.Sprintf("  %s %s", a.At.Format("15:04:05.000"), a.What)
-			if a.Error != "" {
-				line += " FAILED: " + a.Error
-			}
-			fmt.Println(line)
+		for _, a := range st.Actions[max(0, n-5):] {
+			fmt.Printf("  %s %s\n", a.At.Format("15:04:05.000"), a)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -45,23 +46,26 @@ func netnsInode(path string) (uint64, error) {
 	return st.Ino, nil
 }
 
-// Status is what `mpsteer status` shows.
+// Status is what `mpsteer status` shows; docs/daemon.md describes each
+// field.
 type Status struct {
 	PID         int               `json:"pid"`
 	NetNS       string            `json:"netns"`
 	Config      string            `json:"config"`
+	PathManager string            `json:"path_manager"`
 	BackupVia   string            `json:"backup_via"`
 	IntervalMs  float64           `json:"interval_ms"`
 	Hint        []string          `json:"prefer_hint,omitempty"`
 	Policies    []PolicyStatus    `json:"policies"`
 	Connections []ConnStatus      `json:"connections"`
-	Actions     []json.RawMessage `json:"recent_actions"`
+	Actions     []ActionRecord    `json:"recent_actions"`
 	Reaction    Latency           `json:"reaction_latency"`
 	RTO         map[string]uint64 `json:"rto_max_program,omitempty"`
 	Chains      json.RawMessage   `json:"chains,omitempty"`
 }
 
-// PolicyStatus is one policy and its own explanation of its state.
+// PolicyStatus is one policy and its own explanation of its state (each
+// policy's shape is its own; see docs/daemon.md).
 type PolicyStatus struct {
 	Name   string `json:"name"`
 	Status any    `json:"status"`
@@ -69,8 +73,18 @@ type PolicyStatus struct {
 
 // ConnStatus is one MPTCP connection.
 type ConnStatus struct {
-	Token    string          `json:"token"`
-	Subflows []SubflowStatus `json:"subflows"`
+	Token string `json:"token"`
+	// Local and Remote are the connection's own (initial) addresses.
+	Local      string `json:"local,omitempty"`
+	Remote     string `json:"remote,omitempty"`
+	ServerSide bool   `json:"server_side"`
+	// RemoteAddrs are the addresses the peer announced, "id=addr:port".
+	RemoteAddrs []string        `json:"remote_addrs,omitempty"`
+	Subflows    []SubflowStatus `json:"subflows"`
+	// Actions are the recent actions on this connection other than
+	// backup flags (subflows created, destroyed, addresses announced),
+	// each with its policy, reason and result.
+	Actions []ActionRecord `json:"actions,omitempty"`
 }
 
 // SubflowStatus is one subflow as the kernel reports it, and what the
@@ -78,6 +92,7 @@ type ConnStatus struct {
 type SubflowStatus struct {
 	Local        string    `json:"local"`
 	Remote       string    `json:"remote"`
+	State        string    `json:"state"` // established, syn-sent, …
 	LocalID      uint8     `json:"local_id"`
 	RemoteID     uint8     `json:"remote_id"`
 	BackupLocal  bool      `json:"backup_local"`
@@ -90,11 +105,59 @@ type SubflowStatus struct {
 	Decision     *Decision `json:"decision,omitempty"`
 }
 
-// Decision is a policy's verdict on a subflow.
+// Decision is a policy's verdict on a subflow's backup flag.
 type Decision struct {
 	Policy string `json:"policy"`
 	Backup bool   `json:"backup"`
 	Reason string `json:"reason"`
+}
+
+// ActionRecord is one action the daemon took and what became of it.
+type ActionRecord struct {
+	At time.Time `json:"at"`
+	// Policy asked for it; empty for the daemon's own housekeeping
+	// (endpoints it owns, restoring flags on exit).
+	Policy string `json:"policy,omitempty"`
+	// Kind is one of backup, create, destroy, announce, withdraw, or
+	// endpoint (the daemon's changes to path-manager endpoints).
+	Kind   string `json:"kind"`
+	Token  string `json:"token,omitempty"`
+	Target string `json:"target"` // a subflow "local→remote", an address or an endpoint
+	Backup *bool  `json:"backup,omitempty"`
+	// Result is applied, refused (by the kernel; Error says why) or
+	// unsupported (the path manager in charge cannot do it).
+	Result string `json:"result"`
+	Error  string `json:"error,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// String is the record in one line, for logs and the CLI.
+func (a ActionRecord) String() string {
+	s := a.Kind
+	if a.Backup != nil {
+		s = fmt.Sprintf("%s=%v", a.Kind, *a.Backup)
+	}
+	s += " " + a.Target
+	if a.Token != "" {
+		s += " (connection " + a.Token + ")"
+	}
+	switch a.Result {
+	case "applied":
+	case "":
+	default:
+		s += ": " + strings.ToUpper(a.Result)
+		if a.Error != "" {
+			s += ": " + a.Error
+		}
+	}
+	if a.Reason != "" {
+		who := a.Policy
+		if who == "" {
+			who = "daemon"
+		}
+		s += " — " + who + ": " + a.Reason
+	}
+	return s
 }
 
 // Latency summarises reaction times (kernel event received → action done).

@@ -10,17 +10,29 @@ import (
 	"sync"
 	"time"
 
+	"mpsteer/internal/api"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
 )
 
-// Action is one change the daemon made, for status and logs.
-type Action struct {
-	At     time.Time `json:"at"`
-	What   string    `json:"what"`
-	Reason string    `json:"reason,omitempty"`
-	Error  string    `json:"error,omitempty"`
+// record makes the record of one change the daemon made.
+func record(kind, target string, err error) api.ActionRecord {
+	r := api.ActionRecord{At: time.Now(), Kind: kind, Target: target, Result: string(policy.Applied)}
+	if err != nil {
+		r.Result, r.Error = string(policy.Refused), err.Error()
+	}
+	return r
+}
+
+// backupRecord is the record of a backup flag change.
+func backupRecord(target string, token uint32, backup bool, err error) api.ActionRecord {
+	r := record(string(policy.Backup), target, err)
+	r.Backup = &backup
+	if token != 0 {
+		r.Token = fmt.Sprintf("%08x", token)
+	}
+	return r
 }
 
 // backupActuator turns per-subflow backup decisions into kernel changes.
@@ -29,9 +41,9 @@ type backupActuator interface {
 	// A full apply (every subflow of the namespace) also undoes changes
 	// that no decision asks for any more; a partial one (a single new
 	// subflow, from an event) does not.
-	Apply(dec map[policy.SubflowID]policy.Decision, sfs []observe.Subflow, full bool) []Action
+	Apply(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow, full bool) []api.ActionRecord
 	// Restore undoes everything this actuator changed.
-	Restore() []Action
+	Restore() []api.ActionRecord
 	Mode() string
 }
 
@@ -48,9 +60,10 @@ type endpointActuator struct {
 
 func (a *endpointActuator) Mode() string { return "endpoint" }
 
-func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs []observe.Subflow, full bool) []Action {
+func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow, full bool) []api.ActionRecord {
 	want := map[netip.Addr]bool{}
 	reason := map[netip.Addr]string{}
+	who := map[netip.Addr]string{}
 	for _, sf := range sfs {
 		d, ok := dec[policy.ID(sf)]
 		if !ok {
@@ -63,7 +76,7 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs [
 			want[addr] = d.Backup
 		}
 		if reason[addr] == "" || !d.Backup {
-			reason[addr] = d.Policy + ": " + d.Reason
+			reason[addr], who[addr] = d.Reason, d.Policy
 		}
 	}
 	// stale: a subflow's own flag disagrees with what its address wants.
@@ -75,10 +88,10 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs [
 			}
 		}
 	}
-	var acts []Action
+	var acts []api.ActionRecord
 	eps, err := a.c.Endpoints()
 	if err != nil {
-		return []Action{{At: time.Now(), What: "list endpoints", Error: err.Error()}}
+		return []api.ActionRecord{record("endpoint", "list endpoints", err)}
 	}
 	byAddr := map[netip.Addr]pm.Endpoint{}
 	for _, e := range eps {
@@ -91,13 +104,12 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs [
 				continue // no endpoint means no backup flag: nothing to do
 			}
 			created, err := a.c.AddEndpoint(pm.Endpoint{Addr: addr})
-			act := Action{At: time.Now(), What: fmt.Sprintf("add endpoint %s (owned by mpsteer)", addr)}
+			act := record("endpoint", fmt.Sprintf("add %s (owned by mpsteer)", addr), err)
+			act.Reason = "the flag lives on an endpoint; this address has none"
+			acts = append(acts, act)
 			if err != nil {
-				act.Error = err.Error()
-				acts = append(acts, act)
 				continue
 			}
-			acts = append(acts, act)
 			a.state.owned(addr, created.ID)
 			ep = created
 		}
@@ -105,7 +117,8 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs [
 		if backup {
 			nf |= pm.FlagBackup
 		}
-		what := fmt.Sprintf("endpoint %s backup=%v", addr, backup)
+		target := "endpoint " + addr.String()
+		why := reason[addr]
 		if (ep.Flags&pm.FlagBackup != 0) == backup {
 			// The endpoint says so, but a subflow may have missed the
 			// MP_PRIO (one that was still joining when the flag changed):
@@ -114,15 +127,15 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs [
 				continue
 			}
 			if err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf ^ pm.FlagBackup}); err != nil {
-				acts = append(acts, errAction(what+" (resend)", err))
+				acts = append(acts, backupRecord(target+" (resend)", 0, backup, err))
 				continue
 			}
-			what += " (resent: a subflow had missed it)"
+			why += " (resent: a subflow had missed it)"
 		}
 		a.state.changed(addr, ep.Flags)
 		err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf})
-		act := errAction(what, err)
-		act.Reason = reason[addr]
+		act := backupRecord(target, 0, backup, err)
+		act.Policy, act.Reason = who[addr], why
 		acts = append(acts, act)
 	}
 	// Addresses nobody decides on any more go back to how they were.
@@ -135,41 +148,37 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs [
 	return acts
 }
 
-func (a *endpointActuator) restoreAddr(addr netip.Addr, byAddr map[netip.Addr]pm.Endpoint) []Action {
-	var acts []Action
+func (a *endpointActuator) restoreAddr(addr netip.Addr, byAddr map[netip.Addr]pm.Endpoint) []api.ActionRecord {
+	var acts []api.ActionRecord
 	ep, exists := byAddr[addr]
 	if orig, ok := a.state.original(addr); ok && exists && ep.Flags != orig {
 		err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: orig})
-		acts = append(acts, errAction(fmt.Sprintf("restore endpoint %s flags to %q", addr, orig.String()), err))
+		act := record("endpoint", fmt.Sprintf("restore %s flags to %q", addr, orig.String()), err)
+		act.Reason = "no policy decides on it any more"
+		acts = append(acts, act)
 	}
 	if id, ok := a.state.ownedID(addr); ok && exists {
 		err := a.c.DelEndpoint(pm.Endpoint{ID: id, Addr: addr})
-		acts = append(acts, errAction(fmt.Sprintf("remove endpoint %s (owned by mpsteer)", addr), err))
+		act := record("endpoint", fmt.Sprintf("remove %s (owned by mpsteer)", addr), err)
+		act.Reason = "no policy decides on it any more"
+		acts = append(acts, act)
 	}
 	a.state.forget(addr)
 	return acts
 }
 
-func (a *endpointActuator) Restore() []Action {
+func (a *endpointActuator) Restore() []api.ActionRecord {
 	eps, _ := a.c.Endpoints()
 	byAddr := map[netip.Addr]pm.Endpoint{}
 	for _, e := range eps {
 		byAddr[e.Addr] = e
 	}
-	var acts []Action
+	var acts []api.ActionRecord
 	for _, addr := range a.state.addrs() {
 		acts = append(acts, a.restoreAddr(addr, byAddr)...)
 	}
 	a.state.save()
 	return acts
-}
-
-func errAction(what string, err error) Action {
-	act := Action{At: time.Now(), What: what}
-	if err != nil {
-		act.Error = err.Error()
-	}
-	return act
 }
 
 // subflowActuator works with the userspace path manager: each subflow's
@@ -181,14 +190,14 @@ type subflowActuator struct {
 
 func (a *subflowActuator) Mode() string { return "subflow" }
 
-func (a *subflowActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs []observe.Subflow, full bool) []Action {
-	var acts []Action
+func (a *subflowActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow, full bool) []api.ActionRecord {
+	var acts []api.ActionRecord
 	for _, sf := range sfs {
 		id := policy.ID(sf)
 		d, ok := dec[id]
 		if !ok && full {
 			if _, mine := a.changed[id]; mine && sf.BackupLocal {
-				acts = append(acts, a.set(sf.Token, id, false, "no policy decides it any more"))
+				acts = append(acts, a.set(sf.Token, id, false, "", "no policy decides it any more"))
 				delete(a.changed, id)
 			}
 			continue
@@ -199,27 +208,27 @@ func (a *subflowActuator) Apply(dec map[policy.SubflowID]policy.Decision, sfs []
 		if sf.BackupLocal == d.Backup {
 			continue
 		}
-		acts = append(acts, a.set(sf.Token, id, d.Backup, d.Policy+": "+d.Reason))
+		acts = append(acts, a.set(sf.Token, id, d.Backup, d.Policy, d.Reason))
 		a.changed[id] = sf.Token
 	}
 	return acts
 }
 
-func (a *subflowActuator) set(token uint32, id policy.SubflowID, backup bool, reason string) Action {
+func (a *subflowActuator) set(token uint32, id policy.SubflowID, backup bool, who, reason string) api.ActionRecord {
 	var f pm.Flags
 	if backup {
 		f = pm.FlagBackup
 	}
 	err := a.c.SetSubflowFlags(token, id.Local, id.Remote, f)
-	act := errAction(fmt.Sprintf("subflow %s backup=%v", id, backup), err)
-	act.Reason = reason
+	act := backupRecord(id.String(), token, backup, err)
+	act.Policy, act.Reason = who, reason
 	return act
 }
 
-func (a *subflowActuator) Restore() []Action {
-	var acts []Action
+func (a *subflowActuator) Restore() []api.ActionRecord {
+	var acts []api.ActionRecord
 	for id, tok := range a.changed {
-		acts = append(acts, a.set(tok, id, false, "daemon exit"))
+		acts = append(acts, a.set(tok, id, false, "", "daemon exit"))
 	}
 	a.changed = map[policy.SubflowID]uint32{}
 	return acts

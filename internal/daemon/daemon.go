@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,7 +48,10 @@ type Daemon struct {
 
 	pmc     *pm.Client
 	sampler *observe.Sampler
+	tracker *observe.Tracker
 	act     backupActuator
+	life    *lifecycleActuator
+	pmMode  string
 	rto     *datapath.RTOCapper
 	rtoErr  string
 	dp      *datapath.Manager
@@ -59,35 +60,18 @@ type Daemon struct {
 	cookie       uint64
 	netns        string
 
-	lastSubflows  []observe.Subflow
-	lastConns     map[uint32]observe.Conn
-	lastDecisions map[policy.SubflowID]policy.Decision
-	actions       []Action
-	reactions     []time.Duration
+	// What the last round saw and decided.
+	lastSubflows []observe.Subflow // every state
+	lastConns    map[uint32]observe.Conn
+	lastPlan     policy.Plan
+	// outcomes of the lifecycle actions since the last snapshot: the next
+	// one carries them to the policies.
+	outcomes    []policy.Outcome
+	actions     []api.ActionRecord            // recent, all kinds
+	connActions map[uint32][]api.ActionRecord // recent lifecycle actions per connection
+	warned      map[string]bool               // unsupported actions already logged
+	reactions   []time.Duration
 }
-
-// InterfaceAddrs resolves an interface of the daemon's namespace.
-func InterfaceAddrs(name string) ([]netip.Addr, bool) {
-	ifi, err := net.InterfaceByName(name)
-	if err != nil {
-		return nil, false
-	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return nil, true
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok {
-			if ad, ok := netip.AddrFromSlice(ipn.IP); ok && !ad.Unmap().IsLinkLocalUnicast() {
-				out = append(out, ad.Unmap())
-			}
-		}
-	}
-	return out, true
-}
-
-var env = policy.Env{Addrs: InterfaceAddrs}
 
 // LoadConfig reads and validates a config file.
 func LoadConfig(file string) (*Config, error) {
@@ -95,7 +79,7 @@ func LoadConfig(file string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ParseConfig(file, data, env)
+	return ParseConfig(file, data, hostEnv())
 }
 
 // Run starts the daemon and blocks until ctx ends; then it undoes what it
@@ -115,10 +99,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	d := &Daemon{opts: o, log: log.New(o.Log, "mpsteer: ", log.LstdFlags|log.Lmicroseconds), cfg: cfg,
-		engine: &policy.Engine{Policies: cfg.Policies}, intervalChanged: make(chan struct{}, 1)}
+		engine: &policy.Engine{Policies: cfg.Policies}, intervalChanged: make(chan struct{}, 1),
+		tracker: observe.NewTracker(), connActions: map[uint32][]api.ActionRecord{}, warned: map[string]bool{},
+		pmMode: pathManager()}
 	if d.pmc, err = pm.Dial(pm.Options{}); err != nil {
 		return err
 	}
+	d.life = newLifecycleActuator(d.pmc, d.pmMode)
 	defer d.pmc.Close()
 	if d.sampler, err = observe.NewSampler(0); err != nil {
 		return err
@@ -138,11 +125,11 @@ func Run(ctx context.Context, o Options) error {
 		// A previous daemon here was killed: undo what it left behind.
 		d.log.Printf("restoring %d endpoint(s) left by a daemon that did not exit cleanly", len(leftovers))
 		prev := &endpointActuator{c: d.pmc, state: state}
-		d.record(prev.Restore())
+		d.record(prev.Restore()...)
 	}
 	d.act = d.chooseActuator(cfg.BackupVia, state)
 	if _, err := d.reconcileChains(cfg); err != nil {
-		d.record(d.act.Restore())
+		d.record(d.act.Restore()...)
 		return err
 	}
 	srv, err := d.serve(o.Socket)
@@ -153,8 +140,8 @@ func Run(ctx context.Context, o Options) error {
 		srv.Close()
 		os.Remove(o.Socket)
 	}()
-	d.log.Printf("running in netns %s: %d polic%s, backup via %s, every %v, socket %s", d.netns, len(cfg.Policies),
-		plural(len(cfg.Policies), "y", "ies"), d.act.Mode(), cfg.Interval, o.Socket)
+	d.log.Printf("running in netns %s: %d polic%s, %s path manager, backup via %s, every %v, socket %s", d.netns, len(cfg.Policies),
+		plural(len(cfg.Policies), "y", "ies"), d.pmMode, d.act.Mode(), cfg.Interval, o.Socket)
 
 	go d.eventLoop(events)
 	hup := make(chan os.Signal, 1)
@@ -216,9 +203,7 @@ func netnsName() string {
 func (d *Daemon) chooseActuator(via string, state *stateFile) backupActuator {
 	if via == "auto" {
 		via = "endpoint"
-		if v, err := netnsutil.ReadSysctl("net.mptcp.path_manager"); err == nil && v == "userspace" {
-			via = "subflow"
-		} else if v, err := netnsutil.ReadSysctl("net.mptcp.pm_type"); err == nil && v == "1" {
+		if d.pmMode == policy.UserspacePM {
 			via = "subflow"
 		}
 	}
@@ -228,58 +213,80 @@ func (d *Daemon) chooseActuator(via string, state *stateFile) backupActuator {
 	return &endpointActuator{c: d.pmc, state: state}
 }
 
-// snapshot groups subflows by connection, with the connections' own
-// counters when known.
-func snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32]observe.Conn) *policy.Snapshot {
-	by := map[uint32]*policy.Conn{}
-	var order []uint32
-	for _, sf := range sfs {
-		c := by[sf.Token]
-		if c == nil {
-			c = &policy.Conn{Token: sf.Token, BytesAcked: conns[sf.Token].BytesAcked}
-			by[sf.Token] = c
-			order = append(order, sf.Token)
-		}
-		c.Subflows = append(c.Subflows, sf)
-	}
-	s := &policy.Snapshot{Now: now}
-	for _, t := range order {
-		s.Conns = append(s.Conns, by[t])
-	}
-	return s
-}
-
-// usable drops sockets that are not carrying a connection (closing ones).
-func usable(sfs []observe.Subflow) []observe.Subflow {
-	out := sfs[:0]
-	for _, sf := range sfs {
-		if sf.State == 1 { // TCP_ESTABLISHED
-			out = append(out, sf)
-		}
-	}
-	return out
-}
-
 func (d *Daemon) tick() {
 	sfs, err := d.sampler.Subflows()
 	if err != nil {
 		d.log.Printf("sample: %v", err)
 		return
 	}
-	sfs = usable(sfs)
 	conns := map[uint32]observe.Conn{}
 	if cs, err := d.sampler.Conns(); err == nil {
 		for _, c := range cs {
 			conns[c.Token] = c
 		}
 	}
+	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.lastConns = conns
-	dec := d.engine.Decide(snapshot(time.Now(), sfs, conns))
-	d.lastSubflows, d.lastDecisions = sfs, dec
-	d.record(d.act.Apply(dec, sfs, true))
+	d.lastSubflows, d.lastConns = sfs, conns
+	snap := d.snapshot(now, sfs, conns)
+	plan := d.engine.Decide(snap)
+	d.lastPlan = plan
+	d.record(d.act.Apply(plan.Backup, established(sfs), true)...)
+	d.applyLifecycle(plan.Lifecycle, snap, now)
 	d.syncRTO()
+	// Forget what belongs to connections that are gone.
+	live := func(tok uint32) bool { _, ok := conns[tok]; return ok }
+	d.tracker.Prune(live, now.Add(-10*time.Second))
+	d.life.Forget(live)
+	for tok := range d.connActions {
+		if !live(tok) {
+			delete(d.connActions, tok)
+		}
+	}
+}
+
+// applyLifecycle takes the actions other than backup flags and keeps
+// their outcomes for the policies' next round and for status.
+func (d *Daemon) applyLifecycle(acts []policy.Action, snap *policy.Snapshot, now time.Time) {
+	if len(acts) == 0 {
+		return
+	}
+	byTok := map[uint32]*policy.Conn{}
+	for _, c := range snap.Conns {
+		byTok[c.Token] = c
+	}
+	outs := d.life.Apply(acts, byTok, now)
+	d.outcomes = append(d.outcomes, outs...)
+	for _, o := range outs {
+		r := outcomeRecord(o)
+		if o.Result == policy.Unsupported {
+			// Said once per policy and kind: the policy keeps asking.
+			key := o.Action.Policy + "/" + string(o.Action.Kind)
+			if d.warned[key] {
+				continue
+			}
+			d.warned[key] = true
+		}
+		d.record(r)
+		tok := o.Action.Token
+		d.connActions[tok] = append(d.connActions[tok], r)
+		if n := len(d.connActions[tok]); n > 32 {
+			d.connActions[tok] = d.connActions[tok][n-32:]
+		}
+	}
+}
+
+// outcomeRecord turns a policy action's outcome into a status record.
+func outcomeRecord(o policy.Outcome) api.ActionRecord {
+	a := o.Action
+	r := api.ActionRecord{At: o.At, Policy: a.Policy, Kind: string(a.Kind), Token: fmt.Sprintf("%08x", a.Token),
+		Target: a.Target(), Result: string(o.Result), Error: o.Error, Reason: a.Reason}
+	if a.Kind == policy.Backup {
+		b := a.Backup
+		r.Backup = &b
+	}
+	return r
 }
 
 // syncRTO keeps the sockops program in line with what policies require.
@@ -305,13 +312,9 @@ func (d *Daemon) syncRTO() {
 	}
 }
 
-func (d *Daemon) record(acts []Action) {
+func (d *Daemon) record(acts ...api.ActionRecord) {
 	for _, a := range acts {
-		if a.Error != "" {
-			d.log.Printf("%s: FAILED: %s", a.What, a.Error)
-		} else {
-			d.log.Printf("%s (%s)", a.What, a.Reason)
-		}
+		d.log.Print(a.String())
 	}
 	d.actions = append(d.actions, acts...)
 	if n := len(d.actions); n > 100 {
@@ -330,57 +333,87 @@ func (d *Daemon) eventLoop(l *pm.EventListener) {
 			continue
 		}
 		for _, ev := range evs {
-			if ev.Type == pm.EventSubEstablished || ev.Type == pm.EventEstablished {
-				d.react(ev)
-			}
+			d.tracker.Handle(ev)
+			d.react(ev)
 		}
 	}
 }
 
-// react decides right away for a subflow that just came up, without
-// waiting for the next sample.
-func (d *Daemon) react(ev pm.Event) {
-	if !ev.Local.IsValid() || !ev.Remote.IsValid() {
-		return
+// track keeps the daemon's view of the subflows current between samples
+// with what an event tells: a subflow established (it joins the view, or
+// a joining one there becomes established), one closed (it leaves), a
+// connection closed (its subflows leave). It reports whether the event
+// concerns a subflow the policies should hear of now.
+func (d *Daemon) track(ev pm.Event) bool {
+	switch ev.Type {
+	case pm.EventSubEstablished, pm.EventEstablished:
+		if !ev.Local.IsValid() || !ev.Remote.IsValid() {
+			return false
+		}
+		for i, o := range d.lastSubflows {
+			if o.Token == ev.Token && o.Local == ev.Local && o.Remote == ev.Remote {
+				d.lastSubflows[i].State = tcpEstablished
+				d.lastSubflows[i].LocalID, d.lastSubflows[i].RemoteID = ev.LocalID, ev.RemoteID
+				return true
+			}
+		}
+		d.lastSubflows = append(d.lastSubflows, observe.Subflow{Local: ev.Local, Remote: ev.Remote, Token: ev.Token,
+			LocalID: ev.LocalID, RemoteID: ev.RemoteID, BackupRemote: ev.Backup, MPTCP: true, State: tcpEstablished})
+		return true
+	case pm.EventSubClosed, pm.EventClosed:
+		keep := d.lastSubflows[:0]
+		for _, o := range d.lastSubflows {
+			gone := o.Token == ev.Token && (ev.Type == pm.EventClosed || o.Local == ev.Local && o.Remote == ev.Remote)
+			if !gone {
+				keep = append(keep, o)
+			}
+		}
+		d.lastSubflows = keep
+		return ev.Type == pm.EventSubClosed
+	case pm.EventAnnounced, pm.EventRemoved:
+		return true
 	}
-	sf := observe.Subflow{Local: ev.Local, Remote: ev.Remote, Token: ev.Token, LocalID: ev.LocalID,
-		RemoteID: ev.RemoteID, BackupRemote: ev.Backup, MPTCP: true, State: 1}
-	id := policy.ID(sf)
+	return false
+}
+
+// react decides right away for the connection of an event (a subflow that
+// came up or went, a connection established, an address announced),
+// without waiting for the next sample.
+func (d *Daemon) react(ev pm.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	sfs := make([]observe.Subflow, 0, len(d.lastSubflows)+1)
-	for _, o := range d.lastSubflows {
-		if policy.ID(o) != id {
-			sfs = append(sfs, o)
-		}
+	if !d.track(ev) {
+		return
 	}
-	sfs = append(sfs, sf)
-	dec := d.engine.Decide(snapshot(ev.Received, sfs, d.lastConns))
+	snap := d.snapshot(ev.Received, d.lastSubflows, d.lastConns)
+	full := d.engine.Decide(snap)
+	plan := full.ForToken(ev.Token)
 	// Apply what the policies now want for this connection's subflows: a
 	// subflow joining can change the others' fate (the preferred path just
 	// arrived: the initial subflow becomes backup).
-	mine := map[policy.SubflowID]policy.Decision{}
 	var conn []observe.Subflow
-	for _, o := range sfs {
-		if o.Token != ev.Token {
-			continue
-		}
-		if dd, ok := dec[policy.ID(o)]; ok {
-			mine[policy.ID(o)] = dd
+	for _, o := range established(d.lastSubflows) {
+		if _, ok := plan.Backup[policy.ID(o)]; ok && o.Token == ev.Token {
 			conn = append(conn, o)
 		}
 	}
-	if len(mine) == 0 {
-		return
+	if d.lastPlan.Backup == nil {
+		d.lastPlan.Backup = map[policy.SubflowID]policy.Action{}
 	}
-	acts := d.act.Apply(mine, conn, false)
+	for sid, a := range plan.Backup {
+		d.lastPlan.Backup[sid] = a
+	}
+	acts := d.act.Apply(plan.Backup, conn, false)
 	if len(acts) > 0 {
 		d.reactions = append(d.reactions, time.Since(ev.Received))
 		if n := len(d.reactions); n > 10000 {
 			d.reactions = d.reactions[n-10000:]
 		}
 	}
-	d.record(acts)
+	d.record(acts...)
+	// Lifecycle actions are wanted now, whichever connection they are for
+	// (a policy that asked for them counts them as under way).
+	d.applyLifecycle(full.Lifecycle, snap, ev.Received)
 }
 
 // reload applies a new config, all or nothing: on any error the running
@@ -393,7 +426,7 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	if data == nil {
 		cfg, err = LoadConfig(file)
 	} else {
-		cfg, err = ParseConfig(file, data, env)
+		cfg, err = ParseConfig(file, data, hostEnv())
 	}
 	if err != nil {
 		return "", err
@@ -408,6 +441,13 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 		return "", err
 	}
 	// Nothing below can fail.
+	if m := pathManager(); m != d.pmMode {
+		d.log.Printf("the path manager is %s now (was %s)", m, d.pmMode)
+		d.pmMode = m
+		if d.life != nil {
+			d.life.mode = m
+		}
+	}
 	kept := 0
 	for i, key := range cfg.policyKeys {
 		for j, old := range d.cfg.policyKeys {
@@ -424,7 +464,7 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 		d.applyHint(engine, d.hint)
 	}
 	if cfg.BackupVia != d.cfg.BackupVia {
-		d.record(d.act.Restore())
+		d.record(d.act.Restore()...)
 		state := loadState(filepath.Join(d.opts.StateDir, fmt.Sprintf("daemon-netns-%d.json", d.cookie)))
 		d.act = d.chooseActuator(cfg.BackupVia, state)
 	}
@@ -452,7 +492,7 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 func (d *Daemon) applyHint(engine *policy.Engine, targets []string) error {
 	p, _ := engine.Get("prefer").(*policy.Prefer)
 	if p == nil {
-		p = policy.NewPrefer(env)
+		p = policy.NewPrefer(hostEnv())
 		engine.Policies = append([]policy.Policy{p}, engine.Policies...)
 		d.hintOwned = true
 	}
@@ -504,7 +544,7 @@ func (d *Daemon) setHint(targets []string, clear bool) (string, error) {
 func (d *Daemon) shutdown() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.record(d.act.Restore())
+	d.record(d.act.Restore()...)
 	if d.rto != nil {
 		d.rto.Close()
 	}
@@ -513,57 +553,3 @@ func (d *Daemon) shutdown() {
 	}
 	d.log.Printf("stopped; changes undone")
 }
-
-// Status builds the API's status.
-func (d *Daemon) Status() api.Status {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	st := api.Status{PID: os.Getpid(), NetNS: d.netns, Config: d.cfg.File, BackupVia: d.act.Mode(),
-		IntervalMs: float64(d.cfg.Interval) / 1e6, Hint: d.hint}
-	for _, p := range d.engine.Policies {
-		st.Policies = append(st.Policies, api.PolicyStatus{Name: p.Name(), Status: p.Status()})
-	}
-	byTok := map[uint32]*api.ConnStatus{}
-	var toks []uint32
-	for _, sf := range d.lastSubflows {
-		c := byTok[sf.Token]
-		if c == nil {
-			c = &api.ConnStatus{Token: fmt.Sprintf("%08x", sf.Token)}
-			byTok[sf.Token] = c
-			toks = append(toks, sf.Token)
-		}
-		ss := api.SubflowStatus{Local: sf.Local.String(), Remote: sf.Remote.String(), LocalID: sf.LocalID, RemoteID: sf.RemoteID,
-			BackupLocal: sf.BackupLocal, BackupRemote: sf.BackupRemote, SRTTMs: float64(sf.SRTT) / 1e6, Cwnd: sf.Cwnd,
-			DeliveryMbit: float64(sf.DeliveryRate) * 8 / 1e6, BytesAcked: sf.BytesAcked, Retransmits: sf.TotalRetrans}
-		if dec, ok := d.lastDecisions[policy.ID(sf)]; ok {
-			ss.Decision = &api.Decision{Policy: dec.Policy, Backup: dec.Backup, Reason: dec.Reason}
-		}
-		c.Subflows = append(c.Subflows, ss)
-	}
-	for _, t := range toks {
-		st.Connections = append(st.Connections, *byTok[t])
-	}
-	for _, a := range d.actions {
-		b, _ := json.Marshal(a)
-		st.Actions = append(st.Actions, b)
-	}
-	st.Reaction = latencyStats(d.reactions)
-	if d.rto != nil {
-		st.RTO = d.rto.Stats()
-	}
-	st.Chains = d.chainStatus()
-	return st
-}
-
-func latencyStats(ds []time.Duration) api.Latency {
-	if len(ds) == 0 {
-		return api.Latency{}
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) / 1e3 }
-	return api.Latency{Count: len(s), MedianUs: at(0.5), P99Us: at(0.99)}
-}
-
-// Env is the policy environment of this host (interface resolution).
-func Env() policy.Env { return env }

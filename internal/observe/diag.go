@@ -1,6 +1,8 @@
 // Package observe turns kernel state into plain values: MPTCP connections
-// and their TCP subflows, sampled from sock_diag (inet_diag), and kept
-// current between samples by the path manager's event group.
+// and their TCP subflows, sampled from sock_diag (inet_diag) by Sampler,
+// and what only the path manager's events tell (which side opened a
+// connection, the addresses the peer announced, the subflows that closed
+// and why), kept by Tracker from the events its owner feeds it.
 package observe
 
 import (

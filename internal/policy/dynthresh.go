@@ -161,10 +161,10 @@ func (d *DynThresh) Name() string { return "dynthresh" }
 func Metric(sf observe.Subflow) float64 { return sf.ThroughputEstimate() }
 
 // Decide runs the algorithm once per connection.
-func (d *DynThresh) Decide(s *Snapshot) []Decision {
+func (d *DynThresh) Decide(s *Snapshot) []Action {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var out []Decision
+	var out []Action
 	var status []DynThreshConnStatus
 	seen := map[uint32]bool{}
 	for _, c := range s.Conns {
@@ -189,7 +189,7 @@ func (d *DynThresh) Decide(s *Snapshot) []Decision {
 
 func (d *DynThresh) estimate() bool { return d.Metric == "estimate" }
 
-func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, DynThreshConnStatus) {
+func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Action, DynThreshConnStatus) {
 	cs := DynThreshConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
 	present := map[SubflowID]observe.Subflow{}
 	var sumM, sumR float64
@@ -314,7 +314,7 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 	}
 
 	cs.ThresholdMbit, cs.AggregateMbit = threshold*8/1e6, agg*8/1e6
-	var out []Decision
+	var out []Action
 	ids := make([]SubflowID, 0, len(st.subflows))
 	for id := range st.subflows {
 		ids = append(ids, id)
@@ -332,7 +332,7 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Decision, 
 			state, backup = "set-aside", true
 			reason = fmt.Sprintf("set aside: aggregate below the best single subflow %s; next probe in %s", mbit(threshold), fmtMs(ds.nextProbe.Sub(now)))
 		}
-		out = append(out, Decision{Token: c.Token, Subflow: id, Backup: backup, Reason: reason})
+		out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: id, Backup: backup, Reason: reason})
 		cs.Subflows = append(cs.Subflows, DynThreshSubflowStatus{Subflow: id.String(), MMbit: ds.m * 8 / 1e6,
 			RateMbit: ds.r * 8 / 1e6, BestMbit: ds.best * 8 / 1e6, State: state, SetAside: ds.asides})
 	}

@@ -1,8 +1,8 @@
 // Package policy is mpsteer's decision logic, kept pure: a policy reads
 // snapshots of the kernel's MPTCP state (connections and subflows as plain
-// values, with the snapshot's time) and returns decisions. It never calls
-// netlink or BPF, so each paper's algorithm stays small and is tested with
-// recorded samples and a fake clock.
+// values, with the snapshot's time) and returns actions from one typed set
+// (action.go). It never calls netlink or BPF, so each paper's algorithm
+// stays small and is tested with recorded samples and a fake clock.
 package policy
 
 import (
@@ -28,34 +28,43 @@ func ID(sf observe.Subflow) SubflowID { return SubflowID{sf.Local, sf.Remote} }
 
 // Conn is one MPTCP connection and its subflows.
 type Conn struct {
-	Token    uint32
+	Token uint32
+	// Subflows are the established subflows; Pending are those still
+	// joining (SYN sent, not yet established).
 	Subflows []observe.Subflow
+	Pending  []observe.Subflow
+	// Local and Remote are the connection's own addresses (its initial
+	// subflow's); invalid when unknown.
+	Local, Remote netip.AddrPort
+	// ServerSide: the peer opened the connection. Known from the path
+	// manager's events, else guessed (see observe.ConnEvents).
+	ServerSide bool
+	// RemoteAddrs are the addresses the peer announced (ADD_ADDR), by id.
+	RemoteAddrs map[uint8]netip.AddrPort
+	// Closed lists subflows that closed recently, with the kernel's reason.
+	Closed []observe.ClosedSubflow
 	// BytesAcked is acknowledged at the connection level (MPTCP DATA_ACK:
-	// what the receiver got in order); 0 when unknown.
-	BytesAcked uint64
+	// what the receiver got in order); 0 when unknown. BytesSent and
+	// BytesRecv are the connection's data sent and received.
+	BytesAcked, BytesSent, BytesRecv uint64
 }
 
-// Snapshot is what policies see: the time and the connections.
+// Snapshot is what policies see: the time, the connections, and what
+// became of the actions applied since the last snapshot.
 type Snapshot struct {
-	Now   time.Time
-	Conns []*Conn
-}
-
-// Decision is what a policy wants for one subflow: to be a backup subflow
-// (the local sender avoids it while another is usable) or not.
-type Decision struct {
-	Token   uint32    `json:"token"`
-	Subflow SubflowID `json:"-"`
-	Backup  bool      `json:"backup"`
-	Reason  string    `json:"reason"`
-	Policy  string    `json:"policy"`
+	Now      time.Time
+	Conns    []*Conn
+	Outcomes []Outcome
 }
 
 // Policy is one algorithm.
 type Policy interface {
 	Name() string
-	// Decide returns decisions for the subflows it has an opinion on.
-	Decide(s *Snapshot) []Decision
+	// Decide returns the actions it wants now. Backup actions are
+	// decisions: a policy returns one for every subflow it has an opinion
+	// on, every round. Other actions are acted on once each time they are
+	// returned: a policy returns them when it wants them done.
+	Decide(s *Snapshot) []Action
 	// Status explains the policy's current state (for `mpsteer status`).
 	Status() any
 }
@@ -77,7 +86,19 @@ type Env struct {
 	// Addrs resolves an interface name to its addresses; ok is false when
 	// there is no such interface.
 	Addrs func(iface string) (addrs []netip.Addr, ok bool)
+	// Interfaces lists the host's interfaces (loopback excluded) with
+	// their addresses.
+	Interfaces func() map[string][]netip.Addr
+	// PathManager is the namespace's path manager, "kernel" or
+	// "userspace"; "" when unknown (a scenario checked off the host).
+	PathManager string
 }
+
+// Path managers (Env.PathManager).
+const (
+	KernelPM    = "kernel"
+	UserspacePM = "userspace"
+)
 
 // Factory builds a policy from its config entry (the keys beside name).
 type Factory func(m *yamlcfg.Map, env Env) Policy
@@ -115,22 +136,31 @@ func Build(m *yamlcfg.Map, env Env) Policy {
 	return p
 }
 
-// Engine runs policies in order; for a subflow, the first policy with an
-// opinion decides.
+// Engine runs policies in order; for a subflow's backup flag, the first
+// policy with an opinion decides.
 type Engine struct {
 	Policies []Policy
 }
 
-// Decide merges the policies' decisions, one per subflow.
-func (e *Engine) Decide(s *Snapshot) map[SubflowID]Decision {
-	out := map[SubflowID]Decision{}
+// Decide runs every policy once and merges their actions into a plan.
+func (e *Engine) Decide(s *Snapshot) Plan {
+	out := Plan{Backup: map[SubflowID]Action{}}
+	seen := map[string]bool{}
 	for _, p := range e.Policies {
-		for _, d := range p.Decide(s) {
-			if _, taken := out[d.Subflow]; taken {
+		for _, a := range p.Decide(s) {
+			a.Policy = p.Name()
+			if a.Kind == Backup {
+				if _, taken := out.Backup[a.Subflow]; !taken {
+					out.Backup[a.Subflow] = a
+				}
 				continue
 			}
-			d.Policy = p.Name()
-			out[d.Subflow] = d
+			key := fmt.Sprintf("%s %08x %s", a.Kind, a.Token, a.Target())
+			if seen[key] && a.Kind != Create {
+				continue // two policies asking for the same thing: once
+			}
+			seen[key] = true
+			out.Lifecycle = append(out.Lifecycle, a)
 		}
 	}
 	return out

@@ -27,7 +27,7 @@ func (c *clock) snap(sfs ...observe.Subflow) *Snapshot {
 }
 func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 
-func backups(t *testing.T, ds []Decision) map[string]bool {
+func backups(t *testing.T, ds []Action) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	for _, d := range ds {
@@ -160,7 +160,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"name: prefer\nrto_max: 200ms":        `rto_max: 200ms is outside what the kernel accepts`,
 		"name: prefer\npaths: [\"a b\"]":      `is neither an IP address nor an interface name`,
 		"name: prefer\nspeed: fast":           `unknown key "speed"`,
-		"name: nosuch":                        `unknown policy "nosuch" (valid: dynthresh, prefer)`,
+		"name: nosuch":                        `unknown policy "nosuch" (valid: dynthresh, fullmesh, incremental, prefer)`,
 		"name: dynthresh\nprobe_interval: 0s": `probe_interval: must be above 0s`,
 		"name: prefer\nprobe_interval: 1s":    `unknown key "probe_interval"`,
 	}
@@ -323,7 +323,7 @@ func TestEngineFirstPolicyWins(t *testing.T) {
 	p.SetTargets([]string{"10.2.0.1"})
 	e := &Engine{Policies: []Policy{p, NewDynThresh()}}
 	c := &clock{t: time.Unix(0, 0)}
-	out := e.Decide(c.snap(sf("10.1.0.1", 1, 40*ms, 10), sf("10.2.0.1", 2, 40*ms, 10)))
+	out := e.Decide(c.snap(sf("10.1.0.1", 1, 40*ms, 10), sf("10.2.0.1", 2, 40*ms, 10))).Backup
 	if len(out) != 2 {
 		t.Fatalf("decisions %v", out)
 	}

@@ -219,7 +219,7 @@ func (p *Prefer) viable(sf observe.Subflow, rtt, delta time.Duration) (ok, stall
 }
 
 // Decide implements the preference for every connection.
-func (p *Prefer) Decide(s *Snapshot) []Decision {
+func (p *Prefer) Decide(s *Snapshot) []Action {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rank, resolved := p.ranks()
@@ -227,7 +227,7 @@ func (p *Prefer) Decide(s *Snapshot) []Decision {
 	defer func() { p.status = st }()
 	seen := map[uint32]bool{}
 	live := map[SubflowID]bool{}
-	var out []Decision
+	var out []Action
 	for _, c := range s.Conns {
 		seen[c.Token] = true
 		for _, sf := range c.Subflows {
@@ -263,7 +263,7 @@ func (p *Prefer) rtt(now time.Time, sf observe.Subflow) time.Duration {
 	return w.add(now, sf.SRTT, p.RTTWindow)
 }
 
-func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs *PreferConnStatus) []Decision {
+func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs *PreferConnStatus) []Action {
 	var pref []observe.Subflow
 	var minRTT time.Duration
 	rtts := map[SubflowID]time.Duration{}
@@ -287,9 +287,9 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		// (the kernel uses a backup subflow when nothing else is usable),
 		// and when the preferred subflow arrives, data moves at once.
 		cs.State = "waiting-for-preferred-subflow"
-		var out []Decision
+		var out []Action
 		for _, sf := range c.Subflows {
-			out = append(out, Decision{Token: c.Token, Subflow: ID(sf), Backup: true, Reason: "backup until a preferred subflow joins"})
+			out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: true, Reason: "backup until a preferred subflow joins"})
 		}
 		return out
 	}
@@ -313,9 +313,9 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		}
 	}
 
-	var out []Decision
+	var out []Action
 	decide := func(sf observe.Subflow, backup bool, reason string) {
-		out = append(out, Decision{Token: c.Token, Subflow: ID(sf), Backup: backup, Reason: reason})
+		out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: backup, Reason: reason})
 	}
 	if chosen != nil {
 		if !st.active || st.chosen != ID(*chosen) {

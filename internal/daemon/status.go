@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"mpsteer/internal/api"
+	"mpsteer/internal/observe"
+	"mpsteer/internal/policy"
+	"mpsteer/internal/stats"
+)
+
+// tcpStates names the TCP states a subflow shows.
+var tcpStates = map[uint8]string{1: "established", 2: "syn-sent", 3: "syn-recv", 4: "fin-wait1", 5: "fin-wait2",
+	6: "time-wait", 7: "close", 8: "close-wait", 9: "last-ack", 11: "closing"}
+
+func stateName(s uint8) string {
+	if n, ok := tcpStates[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("state-%d", s)
+}
+
+// Status builds the API's status.
+func (d *Daemon) Status() api.Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := api.Status{PID: os.Getpid(), NetNS: d.netns, Config: d.cfg.File, PathManager: d.pmMode, BackupVia: d.act.Mode(),
+		IntervalMs: float64(d.cfg.Interval) / 1e6, Hint: d.hint, Actions: append([]api.ActionRecord(nil), d.actions...)}
+	for _, p := range d.engine.Policies {
+		st.Policies = append(st.Policies, api.PolicyStatus{Name: p.Name(), Status: p.Status()})
+	}
+	byTok := map[uint32]*api.ConnStatus{}
+	var toks []uint32
+	conn := func(tok uint32) *api.ConnStatus {
+		c := byTok[tok]
+		if c == nil {
+			c = &api.ConnStatus{Token: fmt.Sprintf("%08x", tok), Actions: d.connActions[tok]}
+			if dc, ok := d.lastConns[tok]; ok {
+				c.Local, c.Remote = dc.Local.String(), dc.Remote.String()
+			}
+			if ev, ok := d.tracker.Conn(tok); ok {
+				c.ServerSide = ev.ServerSide
+				for id, a := range ev.RemoteAddrs {
+					c.RemoteAddrs = append(c.RemoteAddrs, fmt.Sprintf("%d=%s", id, a))
+				}
+				sort.Strings(c.RemoteAddrs)
+			}
+			byTok[tok] = c
+			toks = append(toks, tok)
+		}
+		return c
+	}
+	for _, sf := range d.lastSubflows {
+		if sf.State != tcpEstablished && sf.State != tcpSynSent && sf.State != tcpSynRecv {
+			continue
+		}
+		c := conn(sf.Token)
+		ss := subflowStatus(sf)
+		if dec, ok := d.lastPlan.Backup[policy.ID(sf)]; ok {
+			ss.Decision = &api.Decision{Policy: dec.Policy, Backup: dec.Backup, Reason: dec.Reason}
+		}
+		c.Subflows = append(c.Subflows, ss)
+	}
+	sort.Slice(toks, func(i, j int) bool { return toks[i] < toks[j] })
+	for _, t := range toks {
+		st.Connections = append(st.Connections, *byTok[t])
+	}
+	st.Reaction = latencyStats(d.reactions)
+	if d.rto != nil {
+		st.RTO = d.rto.Stats()
+	}
+	st.Chains = d.chainStatus()
+	return st
+}
+
+func subflowStatus(sf observe.Subflow) api.SubflowStatus {
+	return api.SubflowStatus{Local: sf.Local.String(), Remote: sf.Remote.String(), State: stateName(sf.State),
+		LocalID: sf.LocalID, RemoteID: sf.RemoteID, BackupLocal: sf.BackupLocal, BackupRemote: sf.BackupRemote,
+		SRTTMs: float64(sf.SRTT) / 1e6, Cwnd: sf.Cwnd, DeliveryMbit: float64(sf.DeliveryRate) * 8 / 1e6,
+		BytesAcked: sf.BytesAcked, Retransmits: sf.TotalRetrans}
+}
+
+func latencyStats(ds []time.Duration) api.Latency {
+	if len(ds) == 0 {
+		return api.Latency{}
+	}
+	q := stats.Durations(ds, 0.5, 0.99)
+	return api.Latency{Count: len(ds), MedianUs: float64(q[0]) / 1e3, P99Us: float64(q[1]) / 1e3}
+}

@@ -1,0 +1,176 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"mpsteer/internal/observe"
+	"mpsteer/internal/yamlcfg"
+)
+
+// Fullmesh is the M-fullmesh path manager (paper: m-fullmesh-path-
+// diversity): N subflows between every pair of a local and a remote
+// address the connection can use, so that a network with several paths
+// between the same two addresses (ECMP, or a controller that pins each
+// subflow to its own path) carries the connection over all of them.
+//
+// On the client side of a connection it opens the subflows (N per pair,
+// the initial subflow counting for its own pair) and re-opens those that
+// close, after a backoff that doubles with every failure in a row (the
+// kernel never re-opens a subflow by itself). A subflow that stalls (data
+// outstanding, no ACK for StallTimeout) is closed and opened again: its
+// data moves to the other subflows at once, and the new subflow, on a new
+// port, may take another path. On the server side it announces the local
+// addresses, so that the client can reach them.
+type Fullmesh struct {
+	mu           sync.Mutex
+	N            int
+	filter       ifaceFilter
+	Announce     bool
+	StallTimeout time.Duration
+	env          Env
+	open         opener
+	status       []FullmeshConnStatus
+}
+
+// FullmeshConnStatus is one connection as fullmesh sees it.
+type FullmeshConnStatus struct {
+	Token     string       `json:"token"`
+	Side      string       `json:"side"`
+	Pairs     []PairStatus `json:"pairs,omitempty"`
+	Announced []string     `json:"announced,omitempty"`
+}
+
+func init() {
+	Register("fullmesh", func(m *yamlcfg.Map, env Env) Policy {
+		f := NewFullmesh(env)
+		f.N = m.Int("subflows_per_pair", f.N, 1, 32)
+		f.filter = parseIfaceFilter(m, env)
+		f.Announce = m.Bool("announce", f.Announce)
+		f.StallTimeout = m.Duration("stall_timeout", f.StallTimeout)
+		f.open.parse(m)
+		requireUserspacePM(m, env, "fullmesh")
+		return f
+	})
+}
+
+// NewFullmesh makes the policy with one subflow per pair (the kernel's
+// fullmesh), announcing on the server side, a 2 s stall timeout.
+func NewFullmesh(env Env) *Fullmesh {
+	return &Fullmesh{N: 1, Announce: true, StallTimeout: 2 * time.Second, env: env, open: newOpener()}
+}
+
+// Name is "fullmesh".
+func (f *Fullmesh) Name() string { return "fullmesh" }
+
+// Decide opens, re-opens and closes subflows so that every pair has N.
+func (f *Fullmesh) Decide(s *Snapshot) []Action {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	locals := f.filter.locals(f.env)
+	var out []Action
+	var status []FullmeshConnStatus
+	live := map[uint32]bool{}
+	for _, c := range s.Conns {
+		live[c.Token] = true
+		cs := FullmeshConnStatus{Token: fmt.Sprintf("%08x", c.Token), Side: "client"}
+		out = append(out, f.open.observe(s.Now, c, s.Outcomes, f.Name())...)
+		if c.ServerSide {
+			cs.Side = "server"
+			out = append(out, f.announce(s.Now, c, locals, &cs)...)
+		} else {
+			out = append(out, f.mesh(s.Now, c, locals, &cs)...)
+		}
+		status = append(status, cs)
+	}
+	f.open.forget(live)
+	f.status = status
+	return out
+}
+
+// announce advertises every allowed local address but the connection's own.
+func (f *Fullmesh) announce(now time.Time, c *Conn, locals []localAddr, cs *FullmeshConnStatus) []Action {
+	if !f.Announce {
+		return nil
+	}
+	var out []Action
+	for _, l := range locals {
+		if l.Addr == c.Local.Addr() || l.Addr.Is4() != c.Local.Addr().Is4() {
+			continue
+		}
+		a := Action{Kind: Announce, Token: c.Token, Addr: netip.AddrPortFrom(l.Addr, 0),
+			Reason: fmt.Sprintf("server side: the client may open subflows to %s (%s)", l.Addr, l.Iface)}
+		out = append(out, f.open.once(now, c.Token, "announce "+a.Addr.String(), a)...)
+		cs.Announced = append(cs.Announced, l.Addr.String())
+	}
+	return out
+}
+
+// mesh keeps N subflows on every pair.
+func (f *Fullmesh) mesh(now time.Time, c *Conn, locals []localAddr, cs *FullmeshConnStatus) []Action {
+	var out []Action
+	allowed := map[pair]string{}
+	var pairs []pair
+	for _, r := range remotes(c) {
+		for _, l := range locals {
+			if l.Addr.Is4() != r.Addr().Is4() {
+				continue
+			}
+			p := pair{l.Addr, r}
+			allowed[p] = l.Iface
+			pairs = append(pairs, p)
+		}
+	}
+	// Stalled subflows: closed and opened again (their data moves now).
+	gone := map[SubflowID]bool{}
+	if f.StallTimeout > 0 && len(c.Subflows) > 1 {
+		for _, sf := range c.Subflows {
+			if sf.Unacked > 0 && sf.LastAckRecv > f.StallTimeout {
+				gone[ID(sf)] = true
+				out = append(out, f.open.destroy(now, c, sf, fmt.Sprintf("stalled: no ACK for %s with %d packets outstanding (RTO backoff %d)", fmtMs(sf.LastAckRecv), sf.Unacked, sf.Backoff))...)
+			}
+		}
+	}
+	// Subflows on addresses the policy may not use (or no longer), and
+	// more than N on a pair: closed, newest first, never the initial one.
+	byPair := map[pair][]SubflowID{}
+	for _, sf := range append(append([]observe.Subflow(nil), c.Subflows...), c.Pending...) {
+		if !gone[ID(sf)] {
+			byPair[pairOf(sf)] = append(byPair[pairOf(sf)], ID(sf))
+		}
+	}
+	initial := SubflowID{c.Local, c.Remote}
+	for p, ids := range byPair {
+		sort.Slice(ids, func(i, j int) bool { return ids[i].Local.Port() < ids[j].Local.Port() })
+		keep := f.N
+		why := fmt.Sprintf("more than %d subflows on %s", f.N, p)
+		if _, ok := allowed[p]; !ok {
+			keep, why = 0, fmt.Sprintf("%s is not an address pair this policy may use", p)
+		}
+		extra := len(ids) - keep
+		for i := len(ids) - 1; i >= 0 && extra > 0; i-- {
+			if ids[i] == initial {
+				continue
+			}
+			out = append(out, f.open.close(now, c.Token, ids[i], why)...)
+			extra--
+		}
+	}
+	for _, p := range pairs {
+		n := f.N - f.open.underWay(c.Token, p)
+		reason := fmt.Sprintf("%d of %d subflows on %s", f.N-n, f.N, p)
+		out = append(out, f.open.open(now, c, p, n, allowed[p], reason)...)
+		cs.Pairs = append(cs.Pairs, f.open.pairStatus(now, c.Token, p, f.N))
+	}
+	return out
+}
+
+// Status reports every connection's pairs.
+func (f *Fullmesh) Status() any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.status
+}
