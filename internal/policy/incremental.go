@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"sort"
 	"sync"
 	"time"
 
@@ -203,13 +204,30 @@ func (p *Incremental) grow(now time.Time, c *Conn, locals []localAddr, ifaceOf m
 		}
 		return false
 	}
+	// Pairs that failed before come last (not every remote address is
+	// reachable from every local one), then those still backing off.
+	sort.SliceStable(candidates, func(i, j int) bool {
+		return p.open.fails(c.Token, candidates[i]) < p.open.fails(c.Token, candidates[j])
+	})
+	var waiting *pair
 	for _, cand := range candidates {
 		if inUse[cand] || shares(cand) {
+			continue
+		}
+		if !p.open.ready(now, c.Token, cand) {
+			if waiting == nil {
+				waiting = &cand
+			}
 			continue
 		}
 		cs.Pairs = append(cs.Pairs, p.open.pairStatus(now, c.Token, cand, 1))
 		reason := fmt.Sprintf("carried %d B > step %d (%s): subflow %d on a path that shares no link with those in use", transferred, k+1, p.Steps[k], n+1)
 		return p.open.open(now, c, cand, 1, ifaceOf[cand.Local].Iface, reason)
+	}
+	if waiting != nil {
+		cs.Pairs = append(cs.Pairs, p.open.pairStatus(now, c.Token, *waiting, 1))
+		cs.Waiting = "backing off after failures on every remaining path"
+		return nil
 	}
 	cs.Waiting = "every remaining path shares a link with one in use"
 	return nil

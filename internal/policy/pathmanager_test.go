@@ -290,3 +290,24 @@ func TestPathManagerPoliciesRefuseBadConfig(t *testing.T) {
 		t.Fatalf("fullmesh has no shared key: %v", err)
 	}
 }
+
+// Not every remote address is reachable from every local one: a pair that
+// failed gives way to the next candidate instead of holding the step.
+func TestIncrementalMovesOnFromAFailedPair(t *testing.T) {
+	p := NewIncremental(host)
+	p.filter = ifaceFilter{Allow: []string{"eth0", "eth1", "eth2"}}
+	now := time.Unix(100, 0)
+	c := conn(subflow(a1, 40000, b1, 1))
+	c.RemoteAddrs = nil
+	c.BytesSent = 300 << 10
+	acts := decideAt(p, now, c)
+	if cr := count(acts, Create); cr["10.2.0.1→10.101.0.2:5201"] != 1 {
+		t.Fatalf("first try %v, want eth1 (the allow list's order)", cr)
+	}
+	refused := Outcome{Action: acts[0], Result: Refused, Error: "mptcp_pm subflow-create: no route to host"}
+	refused.Action.Policy = "incremental"
+	acts = decideAt(p, now.Add(100*ms), c, refused)
+	if cr := count(acts, Create); cr["10.3.0.1→10.101.0.2:5201"] != 1 {
+		t.Fatalf("after eth1 failed: %v, want eth2 tried next", cr)
+	}
+}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"math"
+	"sort"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -107,4 +108,37 @@ func PlotSeries(file, title string, se *Series, marks []Mark) error {
 		lines = append(lines, Line{Name: "path " + p + " (acked)", X: se.T, Y: Smooth(se.PerPath[p], SmoothSamples), Dash: true})
 	}
 	return PlotLines(file, title+", 0.5 s average", "goodput (Mbit/s)", lines, marks)
+}
+
+// PlotCDF draws the empirical distribution of each named sample set (e.g.
+// flow completion times) into a PNG file, the x axis in xlabel's unit.
+func PlotCDF(file, title, xlabel string, sets []Line) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = "fraction of flows ≤ x"
+	p.Y.Min, p.Y.Max = 0, 1.05
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = false
+	p.Legend.Left = false
+	for i, set := range sets {
+		xs := append([]float64(nil), set.X...)
+		sort.Float64s(xs)
+		var pts plotter.XYs
+		for j, x := range xs {
+			pts = append(pts, plotter.XY{X: x, Y: float64(j+1) / float64(len(xs))})
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		ln, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		ln.Color = plotutil.Color(i)
+		ln.Width = vg.Points(1.5)
+		p.Add(ln)
+		p.Legend.Add(set.Name, ln)
+	}
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, file)
 }

@@ -59,6 +59,15 @@ type FlowsSummary struct {
 	BySize map[string]Percentiles `json:"fct_ms_by_size"`
 }
 
+// FCTSummary is the flow completion time distribution in milliseconds:
+// median and p99 by the project's one quantile rule (internal/stats), over
+// Count completed flows.
+type FCTSummary struct {
+	Median float64 `json:"median"`
+	P99    float64 `json:"p99"`
+	Count  int     `json:"count"`
+}
+
 // EventRecord is an event as it was applied.
 type EventRecord struct {
 	AtS    float64 `json:"at_s"`
@@ -84,6 +93,8 @@ type Summary struct {
 	Subflows     []SubflowSummary       `json:"subflows"`
 	Paths        map[string]PathSummary `json:"paths"`
 	Flows        *FlowsSummary          `json:"flows,omitempty"`
+	// FCT sums up the short flows' completion times (scripts read it).
+	FCT *FCTSummary `json:"fct_ms,omitempty"`
 	Events       []EventRecord          `json:"events,omitempty"`
 	Errors       []string               `json:"errors,omitempty"`
 	Emulator     any                    `json:"emulator,omitempty"`

@@ -24,6 +24,7 @@ import (
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/lab/world"
 	"mpsteer/internal/pm"
+	"mpsteer/internal/stats"
 )
 
 // Options tune a run.
@@ -461,6 +462,10 @@ func (r *variantRun) summarize(samples []recorder.Sample) *report.Summary {
 			fs.BySize[fmt.Sprintf("%dB", sz)] = report.FCTStats(d)
 		}
 		sum.Flows = fs
+		if len(all) > 0 {
+			q := stats.Durations(all, 0.5, 0.99)
+			sum.FCT = &report.FCTSummary{Median: float64(q[0]) / 1e6, P99: float64(q[1]) / 1e6, Count: len(all)}
+		}
 	}
 	return sum
 }
@@ -478,11 +483,53 @@ func (r *variantRun) writeFiles(sum *report.Summary, samples []recorder.Sample) 
 	}
 	title := fmt.Sprintf("%s — %s (%s)", r.s.Name, r.v.Name, r.w.CC["client"])
 	return errors.Join(
+		r.writeFlowsCSV(filepath.Join(r.dir, "flows.csv")),
 		se.WriteCSV(filepath.Join(r.dir, "timeseries.csv")),
 		recorder.WriteSubflowsCSV(filepath.Join(r.dir, "subflows.csv"), samples, pmap.Of),
 		report.WriteJSON(filepath.Join(r.dir, "summary.json"), sum),
 		report.PlotSeries(filepath.Join(r.dir, "goodput.png"), title, se, marks),
 	)
+}
+
+// writeFlowsCSV writes one row per short flow (none: no file).
+func (r *variantRun) writeFlowsCSV(file string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.flows) == 0 {
+		return nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	w.Write([]string{"start_s", "size_bytes", "fct_ms", "error"})
+	for _, fl := range r.flows {
+		w.Write([]string{strconv.FormatFloat(fl.Start.Seconds(), 'f', 6, 64), strconv.FormatInt(fl.Size, 10),
+			strconv.FormatFloat(float64(fl.FCT)/1e6, 'f', 3, 64), fl.Err})
+	}
+	w.Flush()
+	return errors.Join(w.Error(), f.Close())
+}
+
+// readFCTs loads the completed flows' completion times (ms) of a flows.csv.
+func readFCTs(file string) ([]float64, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	var out []float64
+	for _, row := range rows[1:] {
+		if v, err := strconv.ParseFloat(row[2], 64); err == nil && row[3] == "" {
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }
 
 func writeReport(s *scenario.Scenario, res *Result) error {
@@ -499,14 +546,23 @@ func writeReport(s *scenario.Scenario, res *Result) error {
 			fmt.Fprintf(&b, "\n- %s: %s", sum.Variant, e)
 		}
 	}
-	var lines []report.Line
+	var lines, fcts []report.Line
 	for _, sum := range res.Summaries {
 		ts, err := readSeries(filepath.Join(res.Out, sum.Variant, "timeseries.csv"))
 		if err == nil {
 			lines = append(lines, report.Line{Name: sum.Variant, X: ts[0], Y: report.Smooth(ts[1], report.SmoothSamples)})
 		}
+		if sum.FCT != nil {
+			if x, err := readFCTs(filepath.Join(res.Out, sum.Variant, "flows.csv")); err == nil {
+				fcts = append(fcts, report.Line{Name: fmt.Sprintf("%s (median %.1f ms, p99 %.1f ms)", sum.Variant, sum.FCT.Median, sum.FCT.P99), X: x})
+			}
+		}
 	}
-	return errors.Join(
+	var cdf error
+	if len(fcts) > 0 {
+		cdf = report.PlotCDF(filepath.Join(res.Out, "fct_cdf.png"), s.Name+": flow completion times", "flow completion time (ms)", fcts)
+	}
+	return errors.Join(cdf,
 		os.WriteFile(res.Report, []byte(b.String()+"\n"), 0o644),
 		report.WriteJSON(filepath.Join(res.Out, "results.json"), res.Summaries),
 		report.PlotLines(filepath.Join(res.Out, "compare.png"), s.Name+": application goodput, 0.5 s average", "goodput (Mbit/s)", lines, nil),
