@@ -422,7 +422,9 @@ func (o *opener) open(now time.Time, c *Conn, p pair, n int, iface, reason strin
 func (o *opener) fails(tok uint32, p pair) int { return o.conn(tok).pair(p).fails }
 
 // ready: the pair's backoff allows a try now.
-func (o *opener) ready(now time.Time, tok uint32, p pair) bool { return !now.Before(o.conn(tok).pair(p).next) }
+func (o *opener) ready(now time.Time, tok uint32, p pair) bool {
+	return !now.Before(o.conn(tok).pair(p).next)
+}
 
 // underWay is what a pair has or will have: subflows seen and creations
 // not yet seen.

@@ -94,11 +94,11 @@ type Summary struct {
 	Paths        map[string]PathSummary `json:"paths"`
 	Flows        *FlowsSummary          `json:"flows,omitempty"`
 	// FCT sums up the short flows' completion times (scripts read it).
-	FCT *FCTSummary `json:"fct_ms,omitempty"`
-	Events       []EventRecord          `json:"events,omitempty"`
-	Errors       []string               `json:"errors,omitempty"`
-	Emulator     any                    `json:"emulator,omitempty"`
-	Daemon       map[string]any         `json:"daemon,omitempty"`
+	FCT      *FCTSummary    `json:"fct_ms,omitempty"`
+	Events   []EventRecord  `json:"events,omitempty"`
+	Errors   []string       `json:"errors,omitempty"`
+	Emulator any            `json:"emulator,omitempty"`
+	Daemon   map[string]any `json:"daemon,omitempty"`
 	// Metrics holds measurements specific to a scenario (recovery times,
 	// post-event goodput, …), each key with its unit.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
