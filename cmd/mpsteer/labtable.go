@@ -15,9 +15,10 @@ func init() { extraLabCommands = append(extraLabCommands, labTableCmd) }
 
 func labTableCmd() *cobra.Command {
 	var metric string
+	var asJSON bool
 	c := &cobra.Command{
-		Use:   "table DIR...",
-		Short: "Print one Markdown table of a value (default goodput_mbit) per scenario and variant from lab run outputs",
+		Use:   "table DIR... [--json]",
+		Short: "Print one Markdown table of a value (default goodput_mbit) per scenario and variant from lab run outputs (--json: every variant's figures, compact)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var rows [][]*report.Summary
@@ -40,11 +41,23 @@ func labTableCmd() *cobra.Command {
 				}
 				rows = append(rows, sums)
 			}
+			if asJSON {
+				var out [][]report.Compact
+				for _, sums := range rows {
+					var row []report.Compact
+					for _, s := range sums {
+						row = append(row, s.Compacted())
+					}
+					out = append(out, row)
+				}
+				return printJSON(out)
+			}
 			fmt.Printf("Values: %s\n\n", metric)
 			fmt.Print(report.CrossTable(rows, variants, metric))
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print every scenario's variants as compact JSON (the figures docs/results.md quotes)")
 	c.Flags().StringVar(&metric, "metric", "goodput_mbit", "goodput_mbit or a key of a summary's metrics (e.g. goodput_after_last_event_mbit)")
 	return c
 }

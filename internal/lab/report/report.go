@@ -363,6 +363,34 @@ func humanBytes(n int64) string {
 // VariantDir is where a variant's files go.
 func VariantDir(out, variant string) string { return filepath.Join(out, variant) }
 
+// Compact is a summary without its per-subflow detail, emulator counters
+// and daemon status: the figures a document quotes, small enough to keep
+// beside it (docs/data).
+type Compact struct {
+	Scenario    string                 `json:"scenario"`
+	Variant     string                 `json:"variant"`
+	Kind        string                 `json:"kind"`
+	CC          string                 `json:"congestion_control"`
+	MPTCPUsed   bool                   `json:"mptcp_used"`
+	DurationS   float64                `json:"duration_s"`
+	Bytes       int64                  `json:"bytes"`
+	GoodputMbit float64                `json:"goodput_mbit"`
+	Retransmits uint64                 `json:"retransmits"`
+	Subflows    int                    `json:"subflows"`
+	Paths       map[string]PathSummary `json:"paths"`
+	FCT         *FCTSummary            `json:"fct_ms,omitempty"`
+	Metrics     map[string]float64     `json:"metrics,omitempty"`
+	Recoveries  map[string][]float64   `json:"link_up_to_first_data_ms,omitempty"`
+	Errors      []string               `json:"errors,omitempty"`
+}
+
+// Compacted drops what a document does not quote.
+func (s *Summary) Compacted() Compact {
+	return Compact{Scenario: s.Scenario, Variant: s.Variant, Kind: s.Kind, CC: s.CC["client"], MPTCPUsed: s.MPTCPUsed,
+		DurationS: s.DurationS, Bytes: s.Bytes, GoodputMbit: s.GoodputMbit, Retransmits: s.Retransmits,
+		Subflows: len(s.Subflows), Paths: s.Paths, FCT: s.FCT, Metrics: s.Metrics, Recoveries: s.Recoveries, Errors: s.Errors}
+}
+
 // CrossTable renders one value per scenario (rows) and variant (columns):
 // goodput_mbit, or a metric of the summaries (its name carries its unit).
 func CrossTable(rows [][]*Summary, variants []string, metric string) string {
