@@ -116,6 +116,9 @@ func printStatus(st *api.Status) {
 				}
 				fmt.Printf("      %s: %s — %s\n", s.Decision.Policy, verdict, s.Decision.Reason)
 			}
+			if s.Cap != nil {
+				fmt.Printf("      %s: capped at %s — %s\n", s.Cap.Policy, s.Cap.Rate, s.Cap.Reason)
+			}
 		}
 		if n := len(c.Actions); n > 0 {
 			fmt.Println("  subflows and addresses the policies changed:")

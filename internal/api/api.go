@@ -61,6 +61,7 @@ type Status struct {
 	Actions     []ActionRecord    `json:"recent_actions"`
 	Reaction    Latency           `json:"reaction_latency"`
 	RTO         map[string]uint64 `json:"rto_max_program,omitempty"`
+	RateProgram map[string]uint64 `json:"rate_program,omitempty"`
 	Chains      json.RawMessage   `json:"chains,omitempty"`
 }
 
@@ -103,6 +104,15 @@ type SubflowStatus struct {
 	BytesAcked   uint64    `json:"bytes_acked"`
 	Retransmits  uint32    `json:"retransmits"`
 	Decision     *Decision `json:"decision,omitempty"`
+	// Cap is the rate cap a policy set on the subflow, if any.
+	Cap *Cap `json:"cap,omitempty"`
+}
+
+// Cap is a policy's rate cap on a subflow.
+type Cap struct {
+	Policy string `json:"policy"`
+	Rate   string `json:"rate"`
+	Reason string `json:"reason"`
 }
 
 // Decision is a policy's verdict on a subflow's backup flag.
@@ -118,12 +128,14 @@ type ActionRecord struct {
 	// Policy asked for it; empty for the daemon's own housekeeping
 	// (endpoints it owns, restoring flags on exit).
 	Policy string `json:"policy,omitempty"`
-	// Kind is one of backup, create, destroy, announce, withdraw, or
+	// Kind is one of backup, limit, create, destroy, announce, withdraw, or
 	// endpoint (the daemon's changes to path-manager endpoints).
 	Kind   string `json:"kind"`
 	Token  string `json:"token,omitempty"`
 	Target string `json:"target"` // a subflow "local→remote", an address or an endpoint
 	Backup *bool  `json:"backup,omitempty"`
+	// Rate is the cap a limit action set ("10mbit", or "none" lifted).
+	Rate string `json:"rate,omitempty"`
 	// Result is applied, refused (by the kernel; Error says why) or
 	// unsupported (the path manager in charge cannot do it).
 	Result string `json:"result"`
@@ -136,6 +148,9 @@ func (a ActionRecord) String() string {
 	s := a.Kind
 	if a.Backup != nil {
 		s = fmt.Sprintf("%s=%v", a.Kind, *a.Backup)
+	}
+	if a.Rate != "" {
+		s = fmt.Sprintf("%s=%s", a.Kind, a.Rate)
 	}
 	s += " " + a.Target
 	if a.Token != "" {

@@ -50,6 +50,7 @@ type Daemon struct {
 	sampler *observe.Sampler
 	tracker *observe.Tracker
 	act     backupActuator
+	rates   *rateActuator
 	life    *lifecycleActuator
 	pmMode  string
 	rto     *datapath.RTOCapper
@@ -128,6 +129,7 @@ func Run(ctx context.Context, o Options) error {
 		d.record(prev.Restore()...)
 	}
 	d.act = d.chooseActuator(cfg.BackupVia, state)
+	d.rates = newRateActuator(cfg.RateVia, d.cookie, d.manager)
 	if _, err := d.reconcileChains(cfg); err != nil {
 		d.record(d.act.Restore()...)
 		return err
@@ -149,6 +151,9 @@ func Run(ctx context.Context, o Options) error {
 	defer signal.Stop(hup)
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
+	d.mu.Lock()
+	d.syncRequirements() // before any subflow is decided on
+	d.mu.Unlock()
 	d.tick()
 	for {
 		select {
@@ -233,8 +238,9 @@ func (d *Daemon) tick() {
 	plan := d.engine.Decide(snap)
 	d.lastPlan = plan
 	d.record(d.act.Apply(plan.Backup, established(sfs), true)...)
+	d.record(d.rates.Apply(plan.Limits, established(sfs), true)...)
 	d.applyLifecycle(plan.Lifecycle, snap, now)
-	d.syncRTO()
+	d.syncRequirements()
 	// Forget what belongs to connections that are gone.
 	live := func(tok uint32) bool { _, ok := conns[tok]; return ok }
 	d.tracker.Prune(live, now.Add(-10*time.Second))
@@ -289,9 +295,16 @@ func outcomeRecord(o policy.Outcome) api.ActionRecord {
 	return r
 }
 
-// syncRTO keeps the sockops program in line with what policies require.
-func (d *Daemon) syncRTO() {
-	want := d.engine.Requirements().RTOMax
+// syncRequirements keeps the sockops programs in line with what the
+// policies require.
+func (d *Daemon) syncRequirements() {
+	req := d.engine.Requirements()
+	if req.Limits {
+		if err := d.rates.Ready(); err != nil {
+			d.log.Printf("rate caps cannot be set by pacing: %v", err)
+		}
+	}
+	want := req.RTOMax
 	if len(want) == 0 && d.rto == nil {
 		return
 	}
@@ -400,10 +413,17 @@ func (d *Daemon) react(ev pm.Event) {
 	if d.lastPlan.Backup == nil {
 		d.lastPlan.Backup = map[policy.SubflowID]policy.Action{}
 	}
+	if d.lastPlan.Limits == nil {
+		d.lastPlan.Limits = map[policy.SubflowID]policy.Action{}
+	}
 	for sid, a := range plan.Backup {
 		d.lastPlan.Backup[sid] = a
 	}
+	for sid, a := range plan.Limits {
+		d.lastPlan.Limits[sid] = a
+	}
 	acts := d.act.Apply(plan.Backup, conn, false)
+	acts = append(acts, d.rates.Apply(plan.Limits, conn, false)...)
 	if len(acts) > 0 {
 		d.reactions = append(d.reactions, time.Since(ev.Received))
 		if n := len(d.reactions); n > 10000 {
@@ -463,6 +483,10 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	if d.hint != nil {
 		d.applyHint(engine, d.hint)
 	}
+	if cfg.RateVia != d.cfg.RateVia {
+		d.record(d.rates.Restore()...)
+		d.rates = newRateActuator(cfg.RateVia, d.cookie, d.manager)
+	}
 	if cfg.BackupVia != d.cfg.BackupVia {
 		d.record(d.act.Restore()...)
 		state := loadState(filepath.Join(d.opts.StateDir, fmt.Sprintf("daemon-netns-%d.json", d.cookie)))
@@ -470,6 +494,7 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	}
 	ivChanged := cfg.Interval != d.cfg.Interval
 	d.cfg, d.engine = cfg, engine
+	d.syncRequirements()
 	if ivChanged {
 		select {
 		case d.intervalChanged <- struct{}{}:
@@ -545,6 +570,7 @@ func (d *Daemon) shutdown() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.record(d.act.Restore()...)
+	d.record(d.rates.Restore()...)
 	if d.rto != nil {
 		d.rto.Close()
 	}

@@ -62,6 +62,9 @@ func (d *Daemon) Status() api.Status {
 		if dec, ok := d.lastPlan.Backup[policy.ID(sf)]; ok {
 			ss.Decision = &api.Decision{Policy: dec.Policy, Backup: dec.Backup, Reason: dec.Reason}
 		}
+		if l, ok := d.lastPlan.Limits[policy.ID(sf)]; ok && l.Rate > 0 {
+			ss.Cap = &api.Cap{Policy: l.Policy, Rate: l.Rate.String(), Reason: l.Reason}
+		}
 		c.Subflows = append(c.Subflows, ss)
 	}
 	sort.Slice(toks, func(i, j int) bool { return toks[i] < toks[j] })
@@ -72,6 +75,7 @@ func (d *Daemon) Status() api.Status {
 	if d.rto != nil {
 		st.RTO = d.rto.Stats()
 	}
+	st.RateProgram = d.rates.Stats()
 	st.Chains = d.chainStatus()
 	return st
 }

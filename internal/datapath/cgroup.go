@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,4 +54,19 @@ func NetNSCookie() (uint64, error) {
 		return 0, fmt.Errorf("SO_NETNS_COOKIE: %w", err)
 	}
 	return v, nil
+}
+
+// attachSockOps attaches a sockops program to the root of the cgroup v2
+// hierarchy, where it sees every TCP socket of the host (programs filter
+// by network namespace cookie themselves).
+func attachSockOps(prog *ebpf.Program, what string) (link.Link, error) {
+	root, err := cgroup2Root()
+	if err != nil {
+		return nil, err
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: root, Attach: ebpf.AttachCGroupSockOps, Program: prog})
+	if err != nil {
+		return nil, fmt.Errorf("attach the sockops %s program to %s: %w", what, root, err)
+	}
+	return l, nil
 }

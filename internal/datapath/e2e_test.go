@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"mpsteer/internal/datapath"
-	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/lab/world"
 	"mpsteer/internal/netnsutil"
@@ -24,22 +21,7 @@ import (
 
 // labWorld builds a two-path lab world for one variant.
 func labWorld(t *testing.T, src, variant string) *world.World {
-	t.Helper()
-	testutil.RequireLab(t)
-	s, err := scenario.Parse(filepath.Join(t.TempDir(), "s.yaml"), []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := world.NewPlan(fmt.Sprintf("t%d-dp%d", os.Getpid()%100000, time.Now().UnixNano()%1000), s, s.Variant(variant))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := world.Up(context.Background(), plan, world.Options{Binary: testutil.Binary(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Down() })
-	return w
+	return testutil.LabWorld(t, src, variant)
 }
 
 func sampler(t *testing.T, ns string) *observe.Sampler {

@@ -8,3 +8,4 @@ package datapath
 //go:generate sh -c "test -s bpf/vmlinux.h || bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h"
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel rto bpf/rto.bpf.c -- -I./bpf
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel steps bpf/steps.bpf.c -- -I./bpf
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel rate bpf/rate.bpf.c -- -I./bpf

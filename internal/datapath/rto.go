@@ -37,15 +37,9 @@ func NewRTOCapper(netnsCookie uint64) (*RTOCapper, error) {
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("load the sockops RTO program: %w", verifierDetail(err))
 	}
-	root, err := cgroup2Root()
-	if err != nil {
+	if r.link, err = attachSockOps(r.objs.MpsteerRto, "RTO"); err != nil {
 		r.objs.Close()
 		return nil, err
-	}
-	r.link, err = link.AttachCgroup(link.CgroupOptions{Path: root, Attach: ebpf.AttachCGroupSockOps, Program: r.objs.MpsteerRto})
-	if err != nil {
-		r.objs.Close()
-		return nil, fmt.Errorf("attach the sockops RTO program to %s: %w", root, err)
 	}
 	return r, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"mpsteer/internal/units"
 )
 
 // Kind names what an action does. Every lever mpsteer has is one kind in
@@ -23,10 +25,18 @@ const (
 	Announce Kind = "announce"
 	// Withdraw takes an announced local address back (REMOVE_ADDR).
 	Withdraw Kind = "withdraw"
+	// Limit caps a subflow's sending rate at Rate; Rate 0 lifts the cap.
+	// Like Backup it is a decision: a policy returns it every round for
+	// the subflows it limits, and a cap no policy asks for any more is
+	// lifted.
+	Limit Kind = "limit"
 )
 
 // Kinds lists every action kind, in the order status shows them.
-var Kinds = []Kind{Backup, Create, Destroy, Announce, Withdraw}
+var Kinds = []Kind{Backup, Limit, Create, Destroy, Announce, Withdraw}
+
+// decision kinds are per-subflow states, not one-off actions.
+func (k Kind) decision() bool { return k == Backup || k == Limit }
 
 // Action is one change a policy asks for, with its reason.
 type Action struct {
@@ -37,6 +47,8 @@ type Action struct {
 	Subflow SubflowID
 	// Backup is the flag a Backup action sets.
 	Backup bool
+	// Rate is the cap a Limit action sets (0: no cap).
+	Rate units.Rate
 	// Addr is the local address to Announce or Withdraw (port optional).
 	Addr netip.AddrPort
 	// Iface binds a Create to a local interface (optional).
@@ -62,11 +74,21 @@ func (a Action) Target() string {
 }
 
 func (a Action) String() string {
-	s := fmt.Sprintf("%s %s on %08x", a.Kind, a.Target(), a.Token)
-	if a.Kind == Backup {
-		s = fmt.Sprintf("backup=%v %s on %08x", a.Backup, a.Target(), a.Token)
+	switch a.Kind {
+	case Backup:
+		return fmt.Sprintf("backup=%v %s on %08x", a.Backup, a.Target(), a.Token)
+	case Limit:
+		return fmt.Sprintf("limit=%s %s on %08x", RateText(a.Rate), a.Target(), a.Token)
 	}
-	return s
+	return fmt.Sprintf("%s %s on %08x", a.Kind, a.Target(), a.Token)
+}
+
+// RateText prints a cap ("none" for no cap).
+func RateText(r units.Rate) string {
+	if r <= 0 {
+		return "none"
+	}
+	return r.String()
 }
 
 // Result says what became of an action.
@@ -91,20 +113,31 @@ type Outcome struct {
 	At     time.Time
 }
 
-// Plan is what the engine decided in one round: at most one backup
-// decision per subflow (the first policy with an opinion wins) and every
-// other action, once.
+// Plan is what the engine decided in one round: at most one backup and
+// one limit decision per subflow (the first policy with an opinion wins)
+// and every other action, once.
 type Plan struct {
 	Backup    map[SubflowID]Action
+	Limits    map[SubflowID]Action
 	Lifecycle []Action
+}
+
+// NewPlan is an empty plan.
+func NewPlan() Plan {
+	return Plan{Backup: map[SubflowID]Action{}, Limits: map[SubflowID]Action{}}
 }
 
 // ForToken keeps what concerns one connection.
 func (p Plan) ForToken(token uint32) Plan {
-	out := Plan{Backup: map[SubflowID]Action{}}
+	out := NewPlan()
 	for id, a := range p.Backup {
 		if a.Token == token {
 			out.Backup[id] = a
+		}
+	}
+	for id, a := range p.Limits {
+		if a.Token == token {
+			out.Limits[id] = a
 		}
 	}
 	for _, a := range p.Lifecycle {

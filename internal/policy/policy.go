@@ -74,6 +74,10 @@ type Requirements struct {
 	// RTOMax caps the retransmission timeout of subflows from these local
 	// addresses (TCP_RTO_MAX_MS, set by a BPF sockops program).
 	RTOMax map[netip.Addr]time.Duration
+	// Limits: the policy caps subflows' rates, so the means to do it must
+	// be in place before subflows are established (a sockops program sees
+	// only subflows established after it is attached).
+	Limits bool
 }
 
 // Requirer is implemented by policies with Requirements.
@@ -136,22 +140,26 @@ func Build(m *yamlcfg.Map, env Env) Policy {
 	return p
 }
 
-// Engine runs policies in order; for a subflow's backup flag, the first
-// policy with an opinion decides.
+// Engine runs policies in order; for a subflow's backup flag and its rate
+// cap, the first policy with an opinion decides.
 type Engine struct {
 	Policies []Policy
 }
 
 // Decide runs every policy once and merges their actions into a plan.
 func (e *Engine) Decide(s *Snapshot) Plan {
-	out := Plan{Backup: map[SubflowID]Action{}}
+	out := NewPlan()
 	seen := map[string]bool{}
 	for _, p := range e.Policies {
 		for _, a := range p.Decide(s) {
 			a.Policy = p.Name()
-			if a.Kind == Backup {
-				if _, taken := out.Backup[a.Subflow]; !taken {
-					out.Backup[a.Subflow] = a
+			if a.Kind.decision() {
+				m := out.Backup
+				if a.Kind == Limit {
+					m = out.Limits
+				}
+				if _, taken := m[a.Subflow]; !taken {
+					m[a.Subflow] = a
 				}
 				continue
 			}
@@ -174,7 +182,9 @@ func (e *Engine) Requirements() Requirements {
 		if !ok {
 			continue
 		}
-		for a, d := range q.Requirements().RTOMax {
+		req := q.Requirements()
+		r.Limits = r.Limits || req.Limits
+		for a, d := range req.RTOMax {
 			if _, taken := r.RTOMax[a]; !taken {
 				r.RTOMax[a] = d
 			}

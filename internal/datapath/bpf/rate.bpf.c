@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: GPL-2.0
+// Limits the sending rate of chosen MPTCP subflows: the daemon writes a
+// rate per subflow (its 4-tuple) into rate_limit, and on the subflow's
+// next ACK this sockops program sets the socket's maximum pacing rate
+// (SO_MAX_PACING_RATE, which also turns TCP's internal pacing on). The
+// MPTCP scheduler then sees a slow subflow and sends less there. A rate of
+// 2^32 - 1 B/s or more lifts the limit (the socket option is 32 bits wide:
+// caps reach 34 Gbit/s); the daemon deletes the entry once it is lifted.
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define SOL_SOCKET 1
+#define SO_MAX_PACING_RATE 47
+#define AF_INET 2
+#define AF_INET6 10
+
+struct flow_key {
+	__u32 family;
+	__u32 laddr[4]; /* network byte order, IPv4 in [0] */
+	__u32 raddr[4];
+	__u16 lport;    /* host byte order */
+	__u16 rport;
+};
+
+struct rate_val {
+	__u64 rate;    /* bytes per second; ≥ 2^32 - 1: no limit */
+	__u64 applied; /* what the socket has (written back here) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct flow_key);
+	__type(value, struct rate_val);
+} rate_limit SEC(".maps");
+
+enum { RSTAT_SUBFLOWS, RSTAT_SET, RSTAT_FAILED, RSTAT_MAX };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RSTAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} rate_stats SEC(".maps");
+
+volatile const __u64 netns_cookie = 0;
+
+static __always_inline void rcount(__u32 i)
+{
+	__u64 *v = bpf_map_lookup_elem(&rate_stats, &i);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline void apply(struct bpf_sock_ops *skops)
+{
+	struct flow_key k = {};
+	k.family = skops->family;
+	if (skops->family == AF_INET) {
+		k.laddr[0] = skops->local_ip4;
+		k.raddr[0] = skops->remote_ip4;
+	} else if (skops->family == AF_INET6) {
+		k.laddr[0] = skops->local_ip6[0];
+		k.laddr[1] = skops->local_ip6[1];
+		k.laddr[2] = skops->local_ip6[2];
+		k.laddr[3] = skops->local_ip6[3];
+		k.raddr[0] = skops->remote_ip6[0];
+		k.raddr[1] = skops->remote_ip6[1];
+		k.raddr[2] = skops->remote_ip6[2];
+		k.raddr[3] = skops->remote_ip6[3];
+	} else {
+		return;
+	}
+	k.lport = skops->local_port;
+	k.rport = bpf_ntohl(skops->remote_port);
+	struct rate_val *v = bpf_map_lookup_elem(&rate_limit, &k);
+	if (!v || v->applied == v->rate)
+		return;
+	/* bpf_setsockopt takes an int here; ~0U means no limit. */
+	__u32 rate = v->rate >= 0xffffffffULL ? 0xffffffffU : (__u32)v->rate;
+	if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) == 0) {
+		v->applied = rate;
+		rcount(RSTAT_SET);
+	} else {
+		rcount(RSTAT_FAILED);
+	}
+}
+
+SEC("sockops")
+int mpsteer_rate(struct bpf_sock_ops *skops)
+{
+	switch (skops->op) {
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB: {
+		if (netns_cookie && bpf_get_netns_cookie(skops) != netns_cookie)
+			return 1;
+		struct bpf_sock *sk = skops->sk;
+		if (!sk || !bpf_skc_to_mptcp_sock(sk))
+			return 1; /* subflows only */
+		rcount(RSTAT_SUBFLOWS);
+		/* Called again on every ACK that updates the RTT: the rate the
+		 * daemon writes takes effect within one ACK. */
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
+		apply(skops);
+		return 1;
+	}
+	case BPF_SOCK_OPS_RTT_CB:
+		apply(skops);
+		return 1;
+	}
+	return 1;
+}
+
+char LICENSE[] SEC("license") = "GPL";
