@@ -51,6 +51,7 @@ type Subflow struct {
 	Lost         uint32
 	Unacked      uint32
 	NotSent      uint32        // bytes queued on the subflow, not sent yet
+	SndWnd       uint32        // the window the peer advertises, bytes (MPTCP: the data-level window)
 	LastDataSent time.Duration // since the last data was sent
 	LastAckRecv  time.Duration // since the last ACK arrived
 	CAState      uint8         // congestion-avoidance state (4 = loss recovery after an RTO)
@@ -346,6 +347,7 @@ func fillTCPInfo(sf *Subflow, b []byte) {
 	sf.Lost = ti.Lost
 	sf.Unacked = ti.Unacked
 	sf.NotSent = ti.Notsent_bytes
+	sf.SndWnd = ti.Snd_wnd
 	sf.LastDataSent = time.Duration(ti.Last_data_sent) * time.Millisecond
 	sf.LastAckRecv = time.Duration(ti.Last_ack_recv) * time.Millisecond
 	sf.CAState = ti.Ca_state

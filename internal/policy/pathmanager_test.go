@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"mpsteer/internal/observe"
+	"mpsteer/internal/units"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -309,5 +310,48 @@ func TestIncrementalMovesOnFromAFailedPair(t *testing.T) {
 	acts = decideAt(p, now.Add(100*ms), c, refused)
 	if cr := count(acts, Create); cr["10.3.0.1→10.101.0.2:5201"] != 1 {
 		t.Fatalf("after eth1 failed: %v, want eth2 tried next", cr)
+	}
+}
+
+func TestECFCapsTheSlowSubflowToWhatArrivesInTime(t *testing.T) {
+	fast := subflow(a1, 40000, b1, 1)
+	fast.SRTT, fast.DeliveryRate = 40*ms, 50e6/8
+	slow := subflow(a2, 40001, b1, 1)
+	slow.SRTT, slow.DeliveryRate = 100*ms, 10e6/8
+	capOf := func(wnd uint32) (Action, bool) {
+		p := NewECF()
+		f, s := fast, slow
+		f.SndWnd, s.SndWnd = wnd, wnd
+		acts := decideAt(p, time.Unix(100, 0), conn(f, s))
+		for _, a := range acts {
+			if a.Kind == Limit && a.Subflow == ID(slow) {
+				return a, true
+			}
+			if a.Subflow == ID(fast) {
+				t.Fatalf("the fast subflow got an action: %v", a)
+			}
+		}
+		return Action{}, false
+	}
+	// A window for both: (50 + 10 Mbit/s) × 100 ms = 750 kB < 90% of 4 MiB.
+	if a, ok := capOf(4 << 20); !ok || a.Rate != 0 {
+		t.Fatalf("4 MiB window: %+v, want no cap", a)
+	}
+	// 768 KiB: 0.9 × 768 KiB / 100 ms − 50 Mbit/s = 6.6 Mbit/s for the slow one.
+	a, ok := capOf(768 << 10)
+	if !ok || a.Rate < 6.5e6 || a.Rate > 6.8e6 {
+		t.Fatalf("768 KiB window: %+v, want a cap of ~6.6 Mbit/s", a)
+	}
+	// 512 KiB is not even enough for the fast path over the slow RTT: the
+	// floor keeps the slow subflow measured.
+	if a, ok := capOf(512 << 10); !ok || a.Rate != 200*units.Kbit {
+		t.Fatalf("512 KiB window: %+v, want the 200 kbit/s floor", a)
+	}
+	// Similar RTTs: nobody is slow, nothing is capped.
+	p := NewECF()
+	s2 := slow
+	s2.SRTT = 45 * ms
+	if acts := decideAt(p, time.Unix(100, 0), conn(fast, s2)); len(acts) != 0 {
+		t.Fatalf("similar RTTs: %v", acts)
 	}
 }

@@ -149,6 +149,12 @@ func runVariant(ctx context.Context, s *scenario.Scenario, v *scenario.Variant, 
 	if err != nil {
 		return nil, err
 	}
+	stopMptcpd, err := r.startMptcpd(ctx)
+	if err != nil {
+		stopDaemons()
+		return nil, err
+	}
+	defer stopMptcpd()
 	var daemonInfo map[string]any
 	rec, err := recorder.New(plan.Host(world.Client).NetNS, plan.Host(world.Server).NetNS)
 	if err != nil {
