@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what mpsteer needs and is missing, idempotently: Debian packages
 # (clang/llvm for the BPF programs, libbpf headers, bpftool, iperf3,
-# iproute2) and the Go modules. A second run installs nothing.
+# iproute2, mptcpd and its plugins for the lab's userspace path-manager
+# variants) and the Go modules. A second run installs nothing.
 set -euo pipefail
 
-pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates)
+pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates mptcpd mptcpd-plugins)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -130,10 +130,19 @@ func printWorld(w *world.World) {
 	for _, p := range w.Paths {
 		fmt.Printf("  path %-8s client %s %-12s server %s %-12s up: %s %s, down: %s %s", p.Name,
 			p.Client.Dev, p.Client.Addr, p.Server.Dev, p.Server.Addr, rateOf(p.Up), p.Up.Delay, rateOf(p.Down), p.Down.Delay)
+		if p.Veth {
+			fmt.Printf(" [veth]")
+		}
 		if p.EPFlags != "" {
 			fmt.Printf(" [endpoint %s]", p.EPFlags)
 		}
+		if p.ServerEPFlags != "" {
+			fmt.Printf(" [server endpoint %s]", p.ServerEPFlags)
+		}
 		fmt.Println()
+	}
+	if n := len(w.CoreLinks); n > 0 {
+		fmt.Printf("  core: %d links, spread %s (%s … %s)\n", n, w.Spread, w.CoreLinks[0].Name, w.CoreLinks[n-1].Name)
 	}
 	fmt.Printf("  run a command in a host: mpsteer lab exec %s client -- ss -tni\n", w.Name)
 	fmt.Printf("  remove it: mpsteer lab down %s\n", w.Name)
@@ -237,8 +246,8 @@ func labExecCmd() *cobra.Command {
 func labSetCmd() *cobra.Command {
 	var dir string
 	c := &cobra.Command{
-		Use:   "set NAME PATH key=value...|down|up",
-		Short: "Change a path while traffic flows (rate=, delay=, jitter=, loss=, queue=, trace=; up.rate= for one direction)",
+		Use:   "set NAME PATH|CORELINK key=value...|down|up",
+		Short: "Change a path or a core link while traffic flows (rate=, delay=, jitter=, loss=, queue=, trace=; up.rate= for one direction)",
 		Args:  cobra.MinimumNArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The arguments are checked first: their mistakes show without
@@ -261,13 +270,24 @@ func labSetCmd() *cobra.Command {
 			}
 			link := args[1]
 			if p := w.Path(args[1]); p != nil {
+				if p.Link == "" {
+					return fmt.Errorf("path %s is via core without link parameters: its access link is a plain veth with nothing to change (change its core links instead)", p.Name)
+				}
 				link = p.Link
-			} else if !strings.HasPrefix(link, "core") {
+			} else if w.CoreLink(link) == nil {
 				var names []string
 				for _, p := range w.Paths {
 					names = append(names, p.Name)
 				}
-				return fmt.Errorf("lab %s has no path %q (paths: %s)", w.Name, args[1], strings.Join(names, ", "))
+				msg := fmt.Sprintf("lab %s has no path %q (paths: %s)", w.Name, args[1], strings.Join(names, ", "))
+				if len(w.CoreLinks) > 0 {
+					var cl []string
+					for _, l := range w.CoreLinks {
+						cl = append(cl, l.Name)
+					}
+					msg = fmt.Sprintf("lab %s has no path or core link %q (paths: %s; core links: %s)", w.Name, args[1], strings.Join(names, ", "), strings.Join(cl, ", "))
+				}
+				return errors.New(msg)
 			}
 			if upDown {
 				_, err := world.Control(w.Dir, world.Request{Op: args[2], Link: link, Dir: d})

@@ -327,10 +327,14 @@ func (r *variantRun) runEvents(ctx context.Context, events []scenario.Event) {
 		case <-ctx.Done():
 			return
 		}
-		rec := report.EventRecord{AtS: (traffic.Now() - r.t0).Seconds(), Path: ev.Path, Action: string(ev.Action)}
+		what := ev.Path
+		if len(ev.Links) > 0 {
+			what = strings.Join(ev.Links, ",")
+		}
+		rec := report.EventRecord{AtS: (traffic.Now() - r.t0).Seconds(), Path: what, Action: string(ev.Action)}
 		if err := r.applyEvent(ev, &rec); err != nil {
 			rec.Error = err.Error()
-			r.fail(fmt.Sprintf("event at %v on %s: %v", ev.At, ev.Path, err))
+			r.fail(fmt.Sprintf("event at %v on %s: %v", ev.At, what, err))
 		}
 		r.mu.Lock()
 		r.events = append(r.events, rec)
@@ -340,6 +344,9 @@ func (r *variantRun) runEvents(ctx context.Context, events []scenario.Event) {
 
 // ApplyEvent applies one event to a running world (also used by tests).
 func ApplyEvent(w *world.World, ev scenario.Event) (string, error) {
+	if len(ev.Links) > 0 {
+		return w.ApplyLinkEvent(ev.Links, ev.Action, ev.Dir, ev.Patch)
+	}
 	p := w.Path(ev.Path)
 	if p == nil {
 		return "path not in this variant; skipped", nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,8 +23,16 @@ import (
 // MaxPaths is the most paths a scenario may have.
 const MaxPaths = 16
 
-// MaxCoreLinks is the most parallel links in a core.
+// MaxCoreLinks is the most parallel links in a core given by links.
 const MaxCoreLinks = 16
+
+// MaxLinksPerPair is the most parallel links per address pair in a core
+// given by links_per_pair.
+const MaxLinksPerPair = 16
+
+// MaxCoreLinksTotal is the most links a core may have in all: each gets a
+// /24 of 10.200.0.0/16 (10.200.N.1 at r1, 10.200.N.2 at r2).
+const MaxCoreLinksTotal = 256
 
 // Scenario is a parsed scenario file.
 type Scenario struct {
@@ -58,22 +67,70 @@ type Path struct {
 	// Backup makes the client's endpoint for this path a backup endpoint.
 	Backup bool
 	// ViaCore sends the path through the shared core (client → r1 is the
-	// path's own emulated access link).
+	// path's own access link).
 	ViaCore bool
-	Line    int
+	// Plain is set for a via-core path given no link parameters at all:
+	// its access link is a plain veth (not emulated, never the
+	// bottleneck), so it has nothing to set, take down or bring up.
+	Plain bool
+	Line  int
 }
 
-// Core is M parallel emulated links between routers r1 and r2, with ECMP
-// over them by L4 hash, so subflows between one address pair can take
-// different links.
+// Core is the parallel emulated links between routers r1 and r2.
+//
+// With links (LinksPerPair 0) every via-core path shares M links named
+// core0…core{M-1}, with ECMP over them by L4 hash. With links_per_pair,
+// every ordered (client address, server address) pair of the via-core paths
+// has its own M links, named c<i>x<j>-<k>: i and j are the 1-based
+// positions of the client's and the server's path among the via-core
+// paths, k the 0-based link of the pair.
 type Core struct {
-	Links []CoreLink
+	Links        []CoreLink
+	LinksPerPair int
+	Line         int
+	// bad is set when the number of links could not be read: link names
+	// are then unknown, and events naming links are not checked.
+	bad bool
 }
 
 // CoreLink is one link of the core.
 type CoreLink struct {
+	Name     string
 	Up, Down linkemu.Params
+	// With links_per_pair: the paths whose client and server addresses
+	// the link joins, and its index among the pair's links.
+	Client, Server string
+	K              int
 }
+
+// Link returns the core link with this name.
+func (c *Core) Link(name string) *CoreLink {
+	if c == nil {
+		return nil
+	}
+	for i := range c.Links {
+		if c.Links[i].Name == name {
+			return &c.Links[i]
+		}
+	}
+	return nil
+}
+
+// LinkNames lists the core's links in order.
+func (c *Core) LinkNames() []string {
+	if c == nil {
+		return nil
+	}
+	out := make([]string, len(c.Links))
+	for i, l := range c.Links {
+		out[i] = l.Name
+	}
+	return out
+}
+
+// PairLinkName names link k of the pair (client path i, server path j),
+// i and j 1-based among the via-core paths.
+func PairLinkName(i, j, k int) string { return fmt.Sprintf("c%dx%d-%d", i, j, k) }
 
 // TrafficKind names a traffic generator.
 type TrafficKind string
@@ -130,10 +187,13 @@ const (
 	ActRemove Action = "remove"
 )
 
-// Event changes a path at a time.
+// Event changes a path, or core links, at a time.
 type Event struct {
-	At     time.Duration
+	At time.Duration
+	// Path names the path the event changes; Links the core links it
+	// changes instead, all at once (one of the two is set).
 	Path   string
+	Links  []string
 	Action Action
 	Dir    Dir
 	Patch  Patch
@@ -168,8 +228,40 @@ type Variant struct {
 	// `mpsteer daemon --config`.
 	Daemon map[string][]byte
 	Events []Event
+	// Spread is how the core's routers spread flows over a pair's links:
+	// SpreadECMP or SpreadPinned ("" when the scenario has no core).
+	Spread Spread
+	// PathManager is net.mptcp.path_manager per host ("client", "server"):
+	// PMKernel or PMUserspace. Both hosts are always present after parsing.
+	PathManager map[string]string
+	// Mptcpd names the mptcpd plugin to run in the client ("" = none);
+	// it implies PathManager["client"] == PMUserspace.
+	Mptcpd string
 	Line   int
 }
+
+// Spread is how the core's routers spread flows over the links of a pair.
+type Spread string
+
+const (
+	// SpreadECMP hashes every flow's 5-tuple onto a link (collisions
+	// included), as a real network's routers do.
+	SpreadECMP Spread = "ecmp"
+	// SpreadPinned pins each new TCP flow to the next live link of its
+	// pair, round-robin (the M-fullmesh poster's SDN controller).
+	SpreadPinned Spread = "pinned"
+)
+
+// Path managers (net.mptcp.path_manager).
+const (
+	PMKernel    = "kernel"
+	PMUserspace = "userspace"
+)
+
+// MptcpdPluginDirs are where mptcpd's plugins are looked for (globs); a
+// plugin a variant names must be in the first that exists. When none
+// exists the name is taken as it is (the run will tell).
+var MptcpdPluginDirs = []string{"/usr/lib/*-linux-gnu*/mptcpd", "/usr/lib/mptcpd", "/usr/lib64/mptcpd"}
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,14}$`)
 
@@ -229,12 +321,24 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		seen[p.Name] = true
 		s.Paths = append(s.Paths, p)
 	}
+	var via []string
+	for _, p := range s.Paths {
+		if p.ViaCore {
+			via = append(via, p.Name)
+		}
+	}
 	if c := m.Map("core"); c != nil {
-		s.Core = parseCore(c, dir)
+		s.Core = parseCore(c, dir, via)
 	}
 	for _, p := range s.Paths {
 		if p.ViaCore && s.Core == nil && !m.Failed("core") {
 			m.Errorf("paths", "path %q is via core, but the scenario has no core section", p.Name)
+		}
+	}
+	ec := &eventContext{paths: seen, plain: map[string]bool{}, core: s.Core, coreFailed: m.Failed("core") || (s.Core != nil && s.Core.bad), dir: dir}
+	for _, p := range s.Paths {
+		if p.Plain {
+			ec.plain[p.Name] = true
 		}
 	}
 
@@ -259,7 +363,8 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 	if m.Errs().Count() > trafficErrs {
 		end = 0
 	}
-	s.Events = parseEvents(m, "events", seen, dir, end)
+	ec.end = end
+	s.Events = parseEvents(m, "events", ec)
 
 	vitems := m.List("variants")
 	if len(vitems) == 0 {
@@ -267,7 +372,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 	}
 	vseen := map[string]bool{}
 	for _, it := range vitems {
-		v := parseVariant(m, it, seen, dir, end)
+		v := parseVariant(m, it, ec)
 		if v == nil {
 			continue
 		}
@@ -279,6 +384,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 	}
 	for _, v := range s.Variants {
 		fillVariantPaths(v, s)
+		fillVariantDefaults(v, s)
 	}
 	m.Done()
 	if err := m.Err(); err != nil {
@@ -319,6 +425,14 @@ func parsePath(pm *yamlcfg.Map, dir string) *Path {
 	p.Backup = pm.Bool("backup", false)
 	via := pm.Enum("via", "", "core")
 	p.ViaCore = via == "core"
+	if p.ViaCore {
+		p.Plain = true
+		for _, k := range append(PatchKeys, "up", "down") {
+			if pm.Has(k) {
+				p.Plain = false
+			}
+		}
+	}
 	both := ParsePatch(pm, dir)
 	p.Up = both.Apply(linkemu.Params{})
 	p.Down = p.Up
@@ -334,35 +448,84 @@ func parsePath(pm *yamlcfg.Map, dir string) *Path {
 	return p
 }
 
-func parseCore(c *yamlcfg.Map, dir string) *Core {
-	n := c.Int("links", 0, 1, MaxCoreLinks)
-	if n == 0 && !c.Failed("links") {
-		c.Errorf("links", "a core needs links: the number of parallel links (1 to %d)", MaxCoreLinks)
+func parseCore(c *yamlcfg.Map, dir string, via []string) *Core {
+	core := &Core{Line: c.Line()}
+	hasLinks, hasPerPair := c.Has("links"), c.Has("links_per_pair")
+	n := 0
+	switch {
+	case hasLinks && hasPerPair:
+		c.Errorf("links_per_pair", "give either links (M links shared by every via-core path) or links_per_pair (M links for every client/server address pair), not both")
+	case hasPerPair:
+		core.LinksPerPair = c.Int("links_per_pair", 0, 1, MaxLinksPerPair)
+		pairs := len(via) * len(via)
+		switch {
+		case c.Failed("links_per_pair"):
+		case pairs == 0:
+			c.Errorf("links_per_pair", "no path is via core, so a core of links per address pair would have no links (give some paths via: core)")
+		case pairs*core.LinksPerPair > MaxCoreLinksTotal:
+			c.Errorf("links_per_pair", "%d links for each of %d (client, server) address pairs (%d via-core paths) make %d core links; the core's addressing (a /24 of 10.200.0.0/16 per link) allows at most %d",
+				core.LinksPerPair, pairs, len(via), pairs*core.LinksPerPair, MaxCoreLinksTotal)
+			core.LinksPerPair = 0
+		}
+	case hasLinks:
+		n = c.Int("links", 0, 1, MaxCoreLinks)
+	default:
+		c.Errorf("links", "a core needs links (the number of parallel links shared by every via-core path, 1 to %d) or links_per_pair (the number of links for every client/server address pair, 1 to %d)", MaxCoreLinks, MaxLinksPerPair)
 	}
 	def := ParsePatch(c, dir).Apply(linkemu.Params{})
-	core := &Core{}
 	for i := 0; i < n; i++ {
-		core.Links = append(core.Links, CoreLink{Up: def, Down: def})
+		core.Links = append(core.Links, CoreLink{Name: fmt.Sprintf("core%d", i), Up: def, Down: def})
 	}
-	// Per-link overrides: overrides: [{link: 2, rate: 10mbit}, …]
+	if m := core.LinksPerPair; m > 0 {
+		for i, cp := range via {
+			for j, sp := range via {
+				for k := 0; k < m; k++ {
+					core.Links = append(core.Links, CoreLink{Name: PairLinkName(i+1, j+1, k), Up: def, Down: def, Client: cp, Server: sp, K: k})
+				}
+			}
+		}
+	}
+	// Per-link overrides: overrides: [{link: 2, rate: 10mbit}, …], or by
+	// name with links_per_pair: [{link: c1x2-0, rate: 10mbit}].
 	for _, it := range c.List("overrides") {
 		if it.Map == nil {
 			c.ErrorAt(it.Node, it.Path, "an override is a mapping such as {link: 1, rate: 10mbit}")
 			continue
 		}
 		i := -1
-		if n > 0 {
+		switch {
+		case core.LinksPerPair > 0:
+			name := it.Map.String("link", "")
+			switch {
+			case it.Map.Failed("link"):
+			case name == "":
+				it.Map.Errorf("link", "an override needs the link it changes (link: NAME, e.g. link: %s)", core.Links[0].Name)
+			default:
+				for k, l := range core.Links {
+					if l.Name == name {
+						i = k
+					}
+				}
+				if i < 0 {
+					it.Map.Errorf("link", "%q is not a core link (core links: %s)", name, strings.Join(core.LinkNames(), ", "))
+				}
+			}
+		case n > 0:
 			i = it.Map.Int("link", -1, 0, n-1)
-		} else {
+			if i < 0 && !it.Map.Failed("link") {
+				it.Map.Errorf("link", "an override needs the link it changes (link: 0 to %d)", n-1)
+			}
+		default:
 			it.Map.Has("link") // the core's links are reported already
 		}
 		patch := ParsePatch(it.Map, dir)
 		it.Map.Done()
-		if i >= 0 && i < n {
+		if i >= 0 && i < len(core.Links) {
 			core.Links[i].Up = patch.Apply(core.Links[i].Up)
 			core.Links[i].Down = patch.Apply(core.Links[i].Down)
 		}
 	}
+	core.bad = c.Failed("links") || c.Failed("links_per_pair") || len(core.Links) == 0
 	c.Done()
 	return core
 }
@@ -613,9 +776,20 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool) Traffic {
 	return tr
 }
 
-// parseEvents reads the events under key. An event at or after end (the
-// time the traffic ends, 0 when unknown) would never run and is refused.
-func parseEvents(m *yamlcfg.Map, key string, paths map[string]bool, dir string, end time.Duration) []Event {
+// eventContext is what events are checked against.
+type eventContext struct {
+	paths      map[string]bool // every path
+	plain      map[string]bool // via-core paths built as plain veths
+	core       *Core
+	coreFailed bool // the core was given but its links are unknown
+	dir        string
+	// end is when the traffic ends (0 when unknown).
+	end time.Duration
+}
+
+// parseEvents reads the events under key. An event at or after the time
+// the traffic ends would never run and is refused.
+func parseEvents(m *yamlcfg.Map, key string, ec *eventContext) []Event {
 	var out []Event
 	for _, it := range m.List(key) {
 		if it.Map == nil {
@@ -629,23 +803,55 @@ func parseEvents(m *yamlcfg.Map, key string, paths map[string]bool, dir string, 
 		case !e.Has("at"):
 			e.Errorf("at", "every event needs a time (at: 5s)")
 		case e.Failed("at"):
-		case end > 0 && ev.At >= end:
-			e.Errorf("at", "%v is not before the traffic ends (at %v): the event would never run", ev.At, end)
+		case ec.end > 0 && ev.At >= ec.end:
+			e.Errorf("at", "%v is not before the traffic ends (at %v): the event would never run", ev.At, ec.end)
 		}
+		hasPath, hasLink := e.Has("path"), e.Has("link")
 		ev.Path = e.String("path", "")
 		switch {
 		case e.Failed("path"):
-		case ev.Path == "" && !e.Has("path"):
-			e.Errorf("path", "every event needs the path it changes (path: NAME)")
-		case !paths[ev.Path]:
+		case hasPath && hasLink:
+			e.Errorf("link", "give either path (a path) or link (core links), not both")
+		case !hasPath && !hasLink:
+			e.Errorf("path", "every event needs the path it changes (path: NAME) or the core links it changes (link: NAME or a list)")
+		case !hasPath:
+		case !ec.paths[ev.Path]:
 			e.Errorf("path", "%q is not a path of this scenario", ev.Path)
+		case ec.plain[ev.Path]:
+			e.Errorf("path", "path %q is via core without link parameters, so its access link is a plain veth with nothing to change; give the path link parameters (e.g. rate) to make it an emulated link, or name core links (link: NAME)", ev.Path)
+		}
+		if hasLink && !hasPath {
+			ev.Links = e.Strings("link")
+			seen := map[string]bool{}
+			switch {
+			case e.Failed("link"):
+			case len(ev.Links) == 0:
+				e.Errorf("link", "name at least one core link (link: NAME or link: [NAME, …])")
+			case ec.core == nil:
+				if !ec.coreFailed {
+					e.Errorf("link", "the scenario has no core, so there are no core links to change")
+				}
+			case ec.coreFailed:
+			default:
+				for _, l := range ev.Links {
+					if ec.core.Link(l) == nil {
+						e.Errorf("link", "%q is not a core link (core links: %s)", l, strings.Join(ec.core.LinkNames(), ", "))
+						break
+					}
+					if seen[l] {
+						e.Errorf("link", "core link %q is named twice", l)
+						break
+					}
+					seen[l] = true
+				}
+			}
 		}
 		ev.Action = Action(e.Enum("action", "", string(ActSet), string(ActDown), string(ActUp), string(ActRemove)))
 		ev.Dir = Dir(e.Enum("dir", string(DirBoth), string(DirBoth), string(DirUp), string(DirDown)))
 		hasSet := e.Has("set")
 		set := e.Map("set")
 		if set != nil {
-			ev.Patch = ParsePatch(set, dir)
+			ev.Patch = ParsePatch(set, ec.dir)
 		}
 		if hasSet && ev.Action == "" && !e.Failed("action") {
 			ev.Action = ActSet
@@ -657,6 +863,8 @@ func parseEvents(m *yamlcfg.Map, key string, paths map[string]bool, dir string, 
 			e.Errorf("action", "every event needs an action (valid: set, down, up, remove)")
 		case ev.Action == ActSet && (set == nil || len(set.Keys()) == 0):
 			e.Errorf("set", "a set event needs the keys to change, e.g. set: {rate: 10mbit}")
+		case ev.Action == ActRemove && hasLink && !hasPath:
+			e.Errorf("action", "remove takes a path away (its link and endpoint); core links have no endpoint: take them down (valid for links: set, down, up)")
 		}
 		set.Done()
 		e.Done()
@@ -665,7 +873,8 @@ func parseEvents(m *yamlcfg.Map, key string, paths map[string]bool, dir string, 
 	return out
 }
 
-func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, paths map[string]bool, dir string, end time.Duration) *Variant {
+func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
+	paths := ec.paths
 	v := &Variant{Line: it.Node.Line}
 	if it.Map == nil {
 		// Short form: "tcp" or "mptcp".
@@ -736,9 +945,114 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, paths map[string]bool, dir st
 		}
 		d.Done()
 	}
-	v.Events = parseEvents(vm, "events", paths, dir, end)
+	v.Events = parseEvents(vm, "events", ec)
+	parseVariantPM(vm, v, ec)
 	vm.Done()
 	return v
+}
+
+var pluginRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// parseVariantPM reads spread, path_manager and mptcpd.
+func parseVariantPM(vm *yamlcfg.Map, v *Variant, ec *eventContext) {
+	if vm.Has("spread") {
+		v.Spread = Spread(vm.Enum("spread", "", string(SpreadECMP), string(SpreadPinned)))
+		switch {
+		case vm.Failed("spread"):
+		case ec.core == nil:
+			if !ec.coreFailed {
+				vm.Errorf("spread", "spread says how the core's routers spread flows over its links, but the scenario has no core")
+			}
+		case v.Spread == SpreadPinned && ec.core.LinksPerPair == 0 && !ec.coreFailed:
+			vm.Errorf("spread", "pinned needs a core with links per address pair (core: {links_per_pair: M}); a core of shared links (links: M) is spread by ECMP only")
+		}
+	}
+	explicit := map[string]bool{}
+	if vm.Has("path_manager") {
+		v.PathManager = map[string]string{}
+		node := yamlcfg.RawNode(vm, "path_manager")
+		switch node.Kind {
+		case yaml.MappingNode:
+			hm := vm.Map("path_manager")
+			for _, host := range []string{"client", "server"} {
+				if hm.Has(host) {
+					if pm := hm.Enum(host, "", PMKernel, PMUserspace); pm != "" {
+						v.PathManager[host] = pm
+						explicit[host] = true
+					}
+				}
+			}
+			if len(hm.Keys()) == 0 {
+				vm.Errorf("path_manager", "name a path manager for client, server or both, e.g. path_manager: {client: userspace}")
+			}
+			hm.Done()
+		default:
+			if pm := vm.Enum("path_manager", "", PMKernel, PMUserspace); pm != "" {
+				v.PathManager["client"], v.PathManager["server"] = pm, pm
+				explicit["client"], explicit["server"] = true, true
+			}
+		}
+		if v.Kind == KindTCP && !vm.Failed("path_manager") {
+			vm.Errorf("path_manager", "a tcp variant does not use MPTCP, so it has no path manager (give kind: mptcp)")
+		}
+	}
+	if vm.Has("mptcpd") {
+		v.Mptcpd = vm.String("mptcpd", "")
+		switch {
+		case vm.Failed("mptcpd"):
+		case v.Mptcpd == "":
+			vm.Errorf("mptcpd", "name the mptcpd plugin to load, e.g. mptcpd: sspi")
+		case !pluginRE.MatchString(v.Mptcpd):
+			vm.Errorf("mptcpd", "%q is not a plugin name (lower-case letters, digits, '_' and '-', e.g. sspi or addr_adv)", v.Mptcpd)
+		case v.Kind == KindTCP:
+			vm.Errorf("mptcpd", "a tcp variant does not use MPTCP; mptcpd needs kind: mptcp")
+		case explicit["client"] && v.PathManager["client"] != PMUserspace:
+			vm.Errorf("mptcpd", "mptcpd is a userspace path manager, but the client's path_manager is %s (leave it out or make it userspace)", v.PathManager["client"])
+		default:
+			if avail, dir, ok := mptcpdPlugins(); ok && !slices.Contains(avail, v.Mptcpd) {
+				vm.Errorf("mptcpd", "mptcpd has no plugin %q in %s (plugins: %s)", v.Mptcpd, dir, strings.Join(avail, ", "))
+			}
+		}
+	}
+}
+
+// mptcpdPlugins lists the plugins in the first plugin directory found.
+func mptcpdPlugins() (names []string, dir string, ok bool) {
+	for _, pat := range MptcpdPluginDirs {
+		dirs, _ := filepath.Glob(pat)
+		for _, d := range dirs {
+			ents, err := os.ReadDir(d)
+			if err != nil {
+				continue
+			}
+			for _, e := range ents {
+				if n, found := strings.CutSuffix(e.Name(), ".so"); found {
+					names = append(names, n)
+				}
+			}
+			return names, d, true
+		}
+	}
+	return nil, "", false
+}
+
+// fillVariantDefaults gives every variant its spread and both hosts' path
+// managers.
+func fillVariantDefaults(v *Variant, s *Scenario) {
+	if v.Spread == "" && s.Core != nil {
+		v.Spread = SpreadECMP
+	}
+	if v.PathManager == nil {
+		v.PathManager = map[string]string{}
+	}
+	for _, h := range []string{"client", "server"} {
+		if v.PathManager[h] == "" {
+			v.PathManager[h] = PMKernel
+		}
+	}
+	if v.Mptcpd != "" {
+		v.PathManager["client"] = PMUserspace
+	}
 }
 
 // nodeOf digs out the raw node under key so that a daemon config can be

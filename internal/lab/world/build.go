@@ -43,6 +43,9 @@ type Summary struct {
 	Paths    []PathInfo             `json:"paths"`
 	StateDir string                 `json:"state_dir"`
 	Emulator int                    `json:"emulator_pid"`
+	// Spread and CoreLinks describe the core, when there is one.
+	Spread    string         `json:"spread,omitempty"`
+	CoreLinks []CoreLinkInfo `json:"core_links,omitempty"`
 }
 
 // HostSummary names a host's namespace.
@@ -54,7 +57,7 @@ type HostSummary struct {
 // Summary returns the printable description.
 func (w *World) Summary() Summary {
 	s := Summary{Name: w.Name, Scenario: w.Scenario, Variant: w.Variant, Hosts: map[string]HostSummary{},
-		Paths: w.Paths, StateDir: w.Dir, Emulator: w.EmulatorPID}
+		Paths: w.Paths, StateDir: w.Dir, Emulator: w.EmulatorPID, Spread: string(w.Spread), CoreLinks: w.CoreLinks}
 	for _, h := range w.Hosts {
 		s.Hosts[h.Role] = HostSummary{NetNS: h.NetNS, CC: w.CC[h.Role]}
 	}
@@ -122,6 +125,13 @@ func Up(ctx context.Context, plan *Plan, o Options) (w *World, err error) {
 			return w, err
 		}
 	}
+	// Veths first: the emulator attaches the pinning program (pinned
+	// spread) to devices of both kinds when it starts.
+	for _, v := range plan.Veths {
+		if err := w.makeVeth(v); err != nil {
+			return w, err
+		}
+	}
 	if err := w.startEmulator(ctx, o); err != nil {
 		return w, err
 	}
@@ -130,11 +140,6 @@ func Up(ctx context.Context, plan *Plan, o Options) (w *World, err error) {
 			if err := w.configureDev(e); err != nil {
 				return w, err
 			}
-		}
-	}
-	for _, v := range plan.Veths {
-		if err := w.makeVeth(v); err != nil {
-			return w, err
 		}
 	}
 	if err := w.routes(); err != nil {
@@ -286,13 +291,23 @@ func (w *World) routes() error {
 			return err
 		}
 		rule := netlink.NewRule()
-		rule.Src = toIPNet(netip.PrefixFrom(ru.From, 32))
+		rule.Family = netlink.FAMILY_V4
+		if ru.From.IsValid() {
+			rule.Src = toIPNet(netip.PrefixFrom(ru.From, 32))
+		}
+		if ru.To.IsValid() {
+			rule.Dst = toIPNet(ru.To)
+		}
+		rule.Mark = ru.Mark
 		rule.Table = ru.Table
 		rule.Priority = ru.Table
+		if ru.Priority > 0 {
+			rule.Priority = ru.Priority
+		}
 		err = h.RuleAdd(rule)
 		h.Close()
 		if err != nil {
-			return fmt.Errorf("host %s: rule from %s table %d: %w", ru.Host, ru.From, ru.Table, err)
+			return fmt.Errorf("host %s: %s: %w", ru.Host, ru, err)
 		}
 	}
 	for _, rt := range w.Routes {
@@ -338,8 +353,8 @@ func (w *World) configureMPTCP() error {
 			return err
 		}
 		err = c.SetLimits(w.Limits)
-		if err == nil && role == Client {
-			err = w.addEndpoints(c)
+		if err == nil {
+			err = w.addEndpoints(c, role)
 		}
 		c.Close()
 		if err != nil {
@@ -349,21 +364,28 @@ func (w *World) configureMPTCP() error {
 	return nil
 }
 
-func (w *World) addEndpoints(c *pm.Client) error {
-	h, err := w.nl(Client)
+// addEndpoints gives a host its kernel path-manager endpoints: the
+// client's subflow endpoints, the server's signal endpoints (none for a
+// host under the userspace path manager: the plan leaves them out).
+func (w *World) addEndpoints(c *pm.Client, role string) error {
+	h, err := w.nl(role)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	for _, p := range w.Paths {
-		if p.Endpoint == nil {
+		flags, end := p.Endpoint, p.Client
+		if role == Server {
+			flags, end = p.ServerEndpoint, p.Server
+		}
+		if flags == nil {
 			continue
 		}
-		l, err := h.LinkByName(p.Client.Dev)
+		l, err := h.LinkByName(end.Dev)
 		if err != nil {
 			return err
 		}
-		if _, err := c.AddEndpoint(pm.Endpoint{Addr: p.Client.Addr, Flags: *p.Endpoint, IfIndex: int32(l.Attrs().Index)}); err != nil {
+		if _, err := c.AddEndpoint(pm.Endpoint{Addr: end.Addr, Flags: *flags, IfIndex: int32(l.Attrs().Index)}); err != nil {
 			return fmt.Errorf("endpoint for path %s: %w", p.Name, err)
 		}
 	}

@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
+	"mpsteer/internal/lab/corepin"
 	"mpsteer/internal/lab/linkemu"
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/monoclock"
@@ -20,8 +23,12 @@ import (
 
 // Request is one command on the emulator's control socket.
 type Request struct {
-	Op    string          `json:"op"` // set, down, up, origin, stats
+	Op string `json:"op"` // set, down, up, origin, stats
+	// Link names the link to act on; Links several, acted on at once.
+	// set, down and up need at least one; origin and stats without any
+	// act on every link.
 	Link  string          `json:"link,omitempty"`
+	Links []string        `json:"links,omitempty"`
 	Dir   scenario.Dir    `json:"dir,omitempty"`
 	Patch *scenario.Patch `json:"patch,omitempty"`
 }
@@ -31,12 +38,19 @@ type Response struct {
 	OK    bool                 `json:"ok"`
 	Error string               `json:"error,omitempty"`
 	Links map[string]LinkState `json:"links,omitempty"`
+	// PinCounters are the pinning program's counts of packets it left to
+	// ECMP (pinned spread only): no_live_link, unpinned_reverse.
+	PinCounters map[string]uint64 `json:"pin_counters,omitempty"`
 }
 
 // LinkState is the live state of both directions of a link.
 type LinkState struct {
 	Up   DirState `json:"up"`
 	Down DirState `json:"down"`
+	// Pin is what the pinning program knows of a core link (pinned
+	// spread only): flows pinned to it, packets it marked for it, and
+	// whether it counts the link as alive.
+	Pin *corepin.LinkStats `json:"pin,omitempty"`
 }
 
 // DirState is one direction's parameters and counters.
@@ -51,6 +65,17 @@ type emuLink struct {
 	plan     LinkPlan
 	devs     []linkemu.Device
 	up, down *linkemu.Direction
+	// coreID is the link's id for the pinning program (-1: not pinned).
+	coreID int
+}
+
+// emulator is what the control socket acts on.
+type emulator struct {
+	links []*emuLink
+	pin   *corepin.Pinner // nil unless the spread is pinned
+
+	mu    sync.Mutex
+	alive map[int]bool // core id → alive, as last told to the program
 }
 
 // RunEmulator is `mpsteer lab emulate`: it creates the TUN devices of every
@@ -90,12 +115,29 @@ func RunEmulator(ctx context.Context, stateDir string, ready *os.File) error {
 		}
 		seed := plan.Seed*1000 + uint64(i)*2
 		l := &emuLink{
-			plan: lp,
-			devs: []linkemu.Device{a, b},
-			up:   linkemu.NewDirection(lp.Name+"/up", a, b, linkemu.NewPipe(lp.Up, seed)),
-			down: linkemu.NewDirection(lp.Name+"/down", b, a, linkemu.NewPipe(lp.Down, seed+1)),
+			plan:   lp,
+			devs:   []linkemu.Device{a, b},
+			up:     linkemu.NewDirection(lp.Name+"/up", a, b, linkemu.NewPipe(lp.Up, seed)),
+			down:   linkemu.NewDirection(lp.Name+"/down", b, a, linkemu.NewPipe(lp.Down, seed+1)),
+			coreID: -1,
 		}
 		links = append(links, l)
+	}
+	emu := &emulator{links: links, alive: map[int]bool{}}
+	if plan.Spread == scenario.SpreadPinned && len(plan.CoreLinks) > 0 {
+		// The pinning program lives as long as this process: its TCX links
+		// close with it, also when it crashes.
+		if emu.pin, err = startPinner(plan); err != nil {
+			closeAll()
+			return fail(err)
+		}
+		defer emu.pin.Close()
+		for _, l := range links {
+			if cl := plan.CoreLink(l.plan.Name); cl != nil {
+				l.coreID = cl.ID
+				emu.alive[cl.ID] = true
+			}
+		}
 	}
 	sock := filepath.Join(stateDir, "emulator.sock")
 	os.Remove(sock)
@@ -124,9 +166,24 @@ func RunEmulator(ctx context.Context, stateDir string, ready *os.File) error {
 			if err != nil {
 				return
 			}
-			go serveControl(c, links)
+			go emu.serveControl(c)
 		}
 	}()
+	if emu.pin != nil {
+		// Scheduled outages take links down too: the controller follows.
+		go func() {
+			t := time.NewTicker(10 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					emu.syncAlive(nil)
+				}
+			}
+		}()
+	}
 	<-ctx.Done()
 	ln.Close()
 	// Closing the devices unblocks the readers.
@@ -135,7 +192,81 @@ func RunEmulator(ctx context.Context, stateDir string, ready *os.File) error {
 	return nil
 }
 
-func serveControl(c net.Conn, links []*emuLink) {
+// startPinner loads the pinning program with the pairs of the plan's core
+// links and attaches it to the routers' devices that face the hosts:
+// r1's client-facing devices (it assigns flows there) and r2's
+// server-facing ones (it marks the replies there).
+func startPinner(plan *Plan) (*corepin.Pinner, error) {
+	type key struct{ c, s netip.Addr }
+	byPair := map[key][]CoreLinkInfo{}
+	var order []key
+	for _, cl := range plan.CoreLinks {
+		k := key{cl.ClientAddr, cl.ServerAddr}
+		if _, ok := byPair[k]; !ok {
+			order = append(order, k)
+		}
+		byPair[k] = append(byPair[k], cl)
+	}
+	var pairs []corepin.Pair
+	for _, k := range order {
+		cls := byPair[k]
+		sort.Slice(cls, func(i, j int) bool { return cls[i].K < cls[j].K })
+		pr := corepin.Pair{Client: k.c, Server: k.s}
+		for _, cl := range cls {
+			pr.Links = append(pr.Links, uint32(cl.ID))
+		}
+		pairs = append(pairs, pr)
+	}
+	pin, err := corepin.Load(pairs, MarkBase)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range plan.Paths {
+		if !p.ViaCore {
+			continue
+		}
+		for _, host := range []string{R1, R2} {
+			if err := pin.Attach(NetNS(plan.Name, host), p.Name); err != nil {
+				pin.Close()
+				return nil, err
+			}
+		}
+	}
+	return pin, nil
+}
+
+// syncAlive tells the pinning program which core links are down (by hand
+// or by a scheduled outage, in either direction); only targets when given.
+func (e *emulator) syncAlive(targets []*emuLink) {
+	if e.pin == nil {
+		return
+	}
+	if targets == nil {
+		targets = e.links
+	}
+	now := linkemu.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range targets {
+		if l.coreID < 0 {
+			continue
+		}
+		down := false
+		for _, d := range []*linkemu.Direction{l.up, l.down} {
+			d.With(func(p *linkemu.Pipe) { down = down || p.Down(now) })
+		}
+		if e.alive[l.coreID] == !down {
+			continue
+		}
+		if err := e.pin.SetAlive(uint32(l.coreID), !down); err != nil {
+			log.Printf("%s: tell the pinning program: %v", l.plan.Name, err)
+			continue
+		}
+		e.alive[l.coreID] = !down
+	}
+}
+
+func (e *emulator) serveControl(c net.Conn) {
 	defer c.Close()
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -145,7 +276,7 @@ func serveControl(c net.Conn, links []*emuLink) {
 		var resp Response
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			resp.Error = "bad request: " + err.Error()
-		} else if err := handle(req, links, &resp); err != nil {
+		} else if err := e.handle(req, &resp); err != nil {
 			resp.Error = err.Error()
 		} else {
 			resp.OK = true
@@ -156,20 +287,34 @@ func serveControl(c net.Conn, links []*emuLink) {
 	}
 }
 
-func handle(req Request, links []*emuLink, resp *Response) error {
+func (e *emulator) handle(req Request, resp *Response) error {
 	now := linkemu.Now()
-	var targets []*emuLink
-	for _, l := range links {
-		if req.Link == "" || l.plan.Name == req.Link {
-			targets = append(targets, l)
-		}
+	names := req.Links
+	if req.Link != "" {
+		names = append([]string{req.Link}, names...)
 	}
-	if req.Link != "" && len(targets) == 0 {
-		var names []string
-		for _, l := range links {
-			names = append(names, l.plan.Name)
+	var targets []*emuLink
+	if len(names) == 0 {
+		if req.Op == "set" || req.Op == "down" || req.Op == "up" {
+			return fmt.Errorf("%s needs the link to act on", req.Op)
 		}
-		return fmt.Errorf("no link %q (links: %v)", req.Link, names)
+		targets = e.links
+	}
+	for _, n := range names {
+		var found *emuLink
+		for _, l := range e.links {
+			if l.plan.Name == n {
+				found = l
+			}
+		}
+		if found == nil {
+			var all []string
+			for _, l := range e.links {
+				all = append(all, l.plan.Name)
+			}
+			return fmt.Errorf("no link %q (links: %v)", n, all)
+		}
+		targets = append(targets, found)
 	}
 	dirs := func(l *emuLink) []*linkemu.Direction {
 		switch req.Dir {
@@ -197,6 +342,8 @@ func handle(req Request, links []*emuLink, resp *Response) error {
 				d.With(func(p *linkemu.Pipe) { p.SetDown(req.Op == "down", now) })
 			}
 		}
+		// The controller sees the ports go down (or up) at once.
+		e.syncAlive(targets)
 	case "origin":
 		// Schedules (outages, traces) restart now: `lab run` calls this when
 		// its traffic starts so that "at: 5s" means 5 s into the transfer.
@@ -223,7 +370,15 @@ func handle(req Request, links []*emuLink, resp *Response) error {
 				st.Down = ds
 			}
 		}
+		if e.pin != nil && l.coreID >= 0 {
+			if ps, err := e.pin.Stats(uint32(l.coreID)); err == nil {
+				st.Pin = &ps
+			}
+		}
 		resp.Links[l.plan.Name] = st
+	}
+	if e.pin != nil {
+		resp.PinCounters = e.pin.Counters()
 	}
 	return nil
 }
