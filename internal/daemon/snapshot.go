@@ -100,13 +100,16 @@ func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32
 					c.Local, c.Remote = ev.Local, ev.Remote
 				}
 				c.RemoteAddrs, c.Closed = ev.RemoteAddrs, ev.Closed
-				c.ServerSide = ev.ServerSide
+				c.ServerSide, c.Established = ev.ServerSide, ev.Established
 				if !ev.SideKnown {
 					c.ServerSide = guessServerSide(c.Local, c.Remote)
 				}
 			} else {
 				c.ServerSide = guessServerSide(c.Local, c.Remote)
 			}
+			// Data acknowledged or received at the connection level:
+			// fully established, whether or not its event was seen.
+			c.Established = c.Established || c.BytesAcked > 0 || c.BytesRecv > 0
 			by[tok] = c
 			order = append(order, tok)
 		}

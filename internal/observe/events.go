@@ -27,9 +27,12 @@ type ConnEvents struct {
 	// ServerSide is known when SideKnown: the connection's created or
 	// established event said so.
 	ServerSide, SideKnown bool
-	RemoteAddrs           map[uint8]netip.AddrPort
-	Closed                []ClosedSubflow
-	Seen                  time.Time // first event
+	// Established: the connection's established event came (MPTCP is
+	// fully established).
+	Established bool
+	RemoteAddrs map[uint8]netip.AddrPort
+	Closed      []ClosedSubflow
+	Seen        time.Time // first event
 }
 
 // Tracker keeps ConnEvents current from the path manager's events. It is
@@ -74,6 +77,7 @@ func (t *Tracker) Handle(ev pm.Event) {
 			c.Local, c.Remote = ev.Local, ev.Remote
 		}
 		c.ServerSide, c.SideKnown = ev.ServerSide, true
+		c.Established = c.Established || ev.Type == pm.EventEstablished
 	case pm.EventAnnounced:
 		if ev.Remote.IsValid() {
 			t.conn(ev).RemoteAddrs[ev.RemoteID] = ev.Remote

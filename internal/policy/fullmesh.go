@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"mpsteer/internal/observe"
+	"mpsteer/internal/units"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -20,20 +21,42 @@ import (
 // On the client side of a connection it opens the subflows (N per pair,
 // the initial subflow counting for its own pair) and re-opens those that
 // close, after a backoff that doubles with every failure in a row (the
-// kernel never re-opens a subflow by itself). A subflow that stalls (data
-// outstanding, no ACK for StallTimeout) is closed and opened again: its
-// data moves to the other subflows at once, and the new subflow, on a new
-// port, may take another path. On the server side it announces the local
-// addresses, so that the client can reach them.
+// kernel never re-opens a subflow by itself). With StallTimeout set, a
+// subflow that stalls (data outstanding, no ACK for that long) is closed
+// and opened again, on a new port that may take another path; it is off by
+// default: closing a subflow that holds data makes this kernel send the
+// connection's whole outstanding window again, which cost the lab's
+// failure runs seconds of near-stall, while MPTCP's own stale-subflow
+// handling moves the data within about a second (docs/results.md). On the
+// server side it announces the local addresses, so that the client can
+// reach them.
 type Fullmesh struct {
 	mu           sync.Mutex
 	N            int
 	filter       ifaceFilter
 	Announce     bool
 	StallTimeout time.Duration
-	env          Env
-	open         opener
-	status       []FullmeshConnStatus
+	// ConnStallTimeout: when data is outstanding at the connection level
+	// and none of it has been acknowledged for this long (at least 4 of
+	// the slowest subflow's RTTs), the connection is stuck on a hole
+	// (data a subflow lost, or that the receiver dropped beyond its
+	// window) that MPTCP's own retransmission timer backs off on for
+	// seconds. Closing a subflow makes MPTCP send everything outstanding
+	// again over the others; the subflow is reopened. 0: never.
+	ConnStallTimeout time.Duration
+	env              Env
+	open             opener
+	progress         map[uint32]*connProgress
+	status           []FullmeshConnStatus
+}
+
+// connProgress is a connection's data-level progress: its acknowledged
+// bytes when it last moved well, its rate and its best recent rate.
+type connProgress struct {
+	acked uint64
+	at    time.Time
+	rate  rate
+	peak  peak
 }
 
 // FullmeshConnStatus is one connection as fullmesh sees it.
@@ -51,6 +74,7 @@ func init() {
 		f.filter = parseIfaceFilter(m, env)
 		f.Announce = m.Bool("announce", f.Announce)
 		f.StallTimeout = m.Duration("stall_timeout", f.StallTimeout)
+		f.ConnStallTimeout = m.Duration("conn_stall_timeout", f.ConnStallTimeout)
 		f.open.parse(m)
 		requireUserspacePM(m, env, "fullmesh")
 		return f
@@ -58,9 +82,11 @@ func init() {
 }
 
 // NewFullmesh makes the policy with one subflow per pair (the kernel's
-// fullmesh), announcing on the server side, a 2 s stall timeout.
+// fullmesh), announcing on the server side; a stalled subflow is left to
+// MPTCP (see StallTimeout), a stuck connection is rescued after 500 ms.
 func NewFullmesh(env Env) *Fullmesh {
-	return &Fullmesh{N: 1, Announce: true, StallTimeout: 2 * time.Second, env: env, open: newOpener()}
+	return &Fullmesh{N: 1, Announce: true, ConnStallTimeout: 500 * time.Millisecond,
+		env: env, open: newOpener(), progress: map[uint32]*connProgress{}}
 }
 
 // Name is "fullmesh".
@@ -78,15 +104,23 @@ func (f *Fullmesh) Decide(s *Snapshot) []Action {
 		live[c.Token] = true
 		cs := FullmeshConnStatus{Token: fmt.Sprintf("%08x", c.Token), Side: "client"}
 		out = append(out, f.open.observe(s.Now, c, s.Outcomes, f.Name())...)
-		if c.ServerSide {
+		switch {
+		case !c.Established:
+			cs.Side = "not yet established"
+		case c.ServerSide:
 			cs.Side = "server"
 			out = append(out, f.announce(s.Now, c, locals, &cs)...)
-		} else {
+		default:
 			out = append(out, f.mesh(s.Now, c, locals, &cs)...)
 		}
 		status = append(status, cs)
 	}
 	f.open.forget(live)
+	for tok := range f.progress {
+		if !live[tok] {
+			delete(f.progress, tok)
+		}
+	}
 	f.status = status
 	return out
 }
@@ -128,12 +162,15 @@ func (f *Fullmesh) mesh(now time.Time, c *Conn, locals []localAddr, cs *Fullmesh
 	gone := map[SubflowID]bool{}
 	if f.StallTimeout > 0 && len(c.Subflows) > 1 {
 		for _, sf := range c.Subflows {
-			if sf.Unacked > 0 && sf.LastAckRecv > f.StallTimeout {
+			// Judged only once the policy has watched it for the
+			// timeout: a subflow's ACK clock means nothing at first.
+			if sf.Unacked > 0 && sf.LastAckRecv > f.StallTimeout && f.open.age(now, c.Token, ID(sf)) > f.StallTimeout {
 				gone[ID(sf)] = true
 				out = append(out, f.open.destroy(now, c, sf, fmt.Sprintf("stalled: no ACK for %s with %d packets outstanding (RTO backoff %d)", fmtMs(sf.LastAckRecv), sf.Unacked, sf.Backoff))...)
 			}
 		}
 	}
+	out = append(out, f.rescue(now, c, gone)...)
 	// Subflows on addresses the policy may not use (or no longer), and
 	// more than N on a pair: closed, newest first, never the initial one.
 	byPair := map[pair][]SubflowID{}
@@ -166,6 +203,51 @@ func (f *Fullmesh) mesh(now time.Time, c *Conn, locals []localAddr, cs *Fullmesh
 		cs.Pairs = append(cs.Pairs, f.open.pairStatus(now, c.Token, p, f.N))
 	}
 	return out
+}
+
+// rescue closes one subflow of a connection stuck on a hole (see
+// ConnStallTimeout): the one that heard from its peer longest ago. Stuck:
+// data outstanding at the connection level, and what was acknowledged
+// over the timeout is under a twentieth of the connection's best rate
+// (a trickle counts as stuck: a hole lets a little through).
+func (f *Fullmesh) rescue(now time.Time, c *Conn, gone map[SubflowID]bool) []Action {
+	pr := f.progress[c.Token]
+	if pr == nil {
+		pr = &connProgress{}
+		f.progress[c.Token] = pr
+	}
+	best := pr.peak.add(now, pr.rate.add(now, c.BytesAcked, time.Second), 10*time.Second)
+	if c.BytesSent <= c.BytesAcked || pr.acked == 0 && pr.at.IsZero() {
+		pr.acked, pr.at = c.BytesAcked, now
+		return nil
+	}
+	if float64(c.BytesAcked-pr.acked) > best/20*now.Sub(pr.at).Seconds() || c.BytesAcked < pr.acked {
+		pr.acked, pr.at = c.BytesAcked, now
+		return nil
+	}
+	if f.ConnStallTimeout <= 0 || len(c.Subflows) < 2 {
+		return nil
+	}
+	var slowest time.Duration
+	var victim *observe.Subflow
+	for i := range c.Subflows {
+		sf := &c.Subflows[i]
+		slowest = max(slowest, sf.SRTT)
+		if gone[ID(*sf)] || f.open.age(now, c.Token, ID(*sf)) < f.ConnStallTimeout {
+			continue
+		}
+		if victim == nil || sf.LastAckRecv > victim.LastAckRecv || sf.LastAckRecv == victim.LastAckRecv && sf.Unacked > victim.Unacked {
+			victim = sf
+		}
+	}
+	wait := max(f.ConnStallTimeout, 4*slowest)
+	if victim == nil || now.Sub(pr.at) < wait {
+		return nil
+	}
+	why := fmt.Sprintf("connection stuck: %s acknowledged in %s (best %s) with %s outstanding; closing the subflow that heard from its peer longest ago (%s) makes MPTCP send the outstanding data again on the others; it is reopened",
+		units.Size(c.BytesAcked-pr.acked), fmtMs(now.Sub(pr.at)), mbit(best), units.Size(c.BytesSent-c.BytesAcked), fmtMs(victim.LastAckRecv))
+	pr.acked, pr.at = c.BytesAcked, now // one rescue per wait
+	return f.open.close(now, c.Token, ID(*victim), why)
 }
 
 // Status reports every connection's pairs.

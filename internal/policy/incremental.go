@@ -133,8 +133,8 @@ func (p *Incremental) Decide(s *Snapshot) []Action {
 	for _, c := range s.Conns {
 		live[c.Token] = true
 		out = append(out, p.open.observe(s.Now, c, s.Outcomes, p.Name())...)
-		if c.ServerSide {
-			continue // the client grows its connection
+		if c.ServerSide || !c.Established {
+			continue // the client grows its connection, once MPTCP is up
 		}
 		cs := IncrementalConnStatus{Token: fmt.Sprintf("%08x", c.Token), Transferred: c.BytesSent + c.BytesRecv}
 		out = append(out, p.grow(s.Now, c, locals, ifaceOf, &cs)...)

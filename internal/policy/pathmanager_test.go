@@ -33,7 +33,7 @@ func subflow(local netip.Addr, port uint16, remote netip.AddrPort, state uint8) 
 
 // conn is a client connection from a1:40000 to b1; b2 announced.
 func conn(sfs ...observe.Subflow) *Conn {
-	c := &Conn{Token: 7, Local: netip.AddrPortFrom(a1, 40000), Remote: b1,
+	c := &Conn{Token: 7, Local: netip.AddrPortFrom(a1, 40000), Remote: b1, Established: true,
 		RemoteAddrs: map[uint8]netip.AddrPort{2: netip.AddrPortFrom(b2.Addr(), 0)}}
 	for _, sf := range sfs {
 		if sf.State == 1 {
@@ -173,16 +173,23 @@ func TestFullmeshReopensWithBackoff(t *testing.T) {
 func TestFullmeshClosesStalledAndForeignSubflows(t *testing.T) {
 	f := NewFullmesh(host)
 	f.filter = ifaceFilter{Allow: []string{"eth0", "eth1"}}
+	f.StallTimeout = 2 * time.Second // off by default
 	now := time.Unix(100, 0)
 	initial := subflow(a1, 40000, b1, 1)
 	stalled := subflow(a2, 50000, b1, 1)
-	stalled.Unacked, stalled.LastAckRecv, stalled.Backoff = 20, 2500*ms, 2
 	foreign := subflow(netip.MustParseAddr("10.3.0.1"), 50001, b1, 1) // eth2: not allowed
 	c := conn(initial, stalled, foreign)
 	c.RemoteAddrs = nil
-	acts := decideAt(f, now, c)
+	// A subflow's ACK clock means nothing when the policy first sees it
+	// (a new socket reports hours since its "last ACK"): not a stall.
+	c.Subflows[1].Unacked, c.Subflows[1].LastAckRecv = 1, 3456972*ms
+	if d := count(decideAt(f, now, c), Destroy); d[ID(stalled).String()] != 0 {
+		t.Fatalf("a subflow seen for the first time was judged stalled: %v", d)
+	}
+	c.Subflows[1].Unacked, c.Subflows[1].LastAckRecv, c.Subflows[1].Backoff = 20, 2500*ms, 2
+	acts := decideAt(f, now.Add(3*time.Second), c)
 	d := count(acts, Destroy)
-	if d[ID(stalled).String()] != 1 || d[ID(foreign).String()] != 1 || len(d) != 2 {
+	if d[ID(stalled).String()] != 1 || len(d) != 2 {
 		t.Fatalf("destroys %v, want the stalled and the foreign subflow", d)
 	}
 	for _, a := range acts {
@@ -196,7 +203,7 @@ func TestFullmeshAnnouncesOnTheServerSide(t *testing.T) {
 	f := NewFullmesh(host)
 	f.filter = ifaceFilter{Allow: []string{"eth0", "eth1"}}
 	now := time.Unix(100, 0)
-	c := &Conn{Token: 9, Local: netip.AddrPortFrom(a1, 5201), Remote: netip.MustParseAddrPort("10.9.0.1:40000"), ServerSide: true,
+	c := &Conn{Token: 9, Local: netip.AddrPortFrom(a1, 5201), Remote: netip.MustParseAddrPort("10.9.0.1:40000"), ServerSide: true, Established: true,
 		Subflows: []observe.Subflow{subflow(a1, 5201, netip.MustParseAddrPort("10.9.0.1:40000"), 1)}}
 	acts := decideAt(f, now, c)
 	if len(acts) != 1 || acts[0].Kind != Announce || acts[0].Addr.Addr() != a2 {
@@ -353,5 +360,64 @@ func TestECFCapsTheSlowSubflowToWhatArrivesInTime(t *testing.T) {
 	s2.SRTT = 45 * ms
 	if acts := decideAt(p, time.Unix(100, 0), conn(fast, s2)); len(acts) != 0 {
 		t.Fatalf("similar RTTs: %v", acts)
+	}
+}
+
+// Before MPTCP is fully established the kernel refuses new subflows: none
+// is asked for; and a batch refused together is one failure, not many.
+func TestFullmeshWaitsForEstablishmentAndCountsABatchOnce(t *testing.T) {
+	f := NewFullmesh(host)
+	f.N = 4
+	f.filter = ifaceFilter{Allow: []string{"eth0", "eth1"}}
+	now := time.Unix(100, 0)
+	c := conn(subflow(a1, 40000, b1, 1))
+	c.RemoteAddrs = nil
+	c.Established = false
+	if acts := decideAt(f, now, c); len(acts) != 0 {
+		t.Fatalf("actions before the connection is established: %v", acts)
+	}
+	c.Established = true
+	acts := decideAt(f, now.Add(100*ms), c)
+	var outs []Outcome
+	for _, a := range acts {
+		a.Policy = "fullmesh"
+		outs = append(outs, Outcome{Action: a, Result: Refused, Error: "mptcp_pm subflow-create: no route"})
+	}
+	decideAt(f, now.Add(200*ms), c, outs...)
+	st := f.Status().([]FullmeshConnStatus)
+	for _, p := range st[0].Pairs {
+		if p.Failures != 1 {
+			t.Fatalf("pair %s: %d failures after one refused batch, want 1", p.Pair, p.Failures)
+		}
+	}
+}
+
+// A connection stuck with data outstanding and nothing acknowledged gets
+// one subflow closed (MPTCP then sends the outstanding data again on the
+// others), once per timeout, not every round.
+func TestFullmeshRescuesAStuckConnection(t *testing.T) {
+	f := NewFullmesh(host)
+	f.filter = ifaceFilter{Allow: []string{"eth0", "eth1"}}
+	now := time.Unix(100, 0)
+	one, two := subflow(a1, 40000, b1, 1), subflow(a2, 50000, b1, 1)
+	two.LastAckRecv = 250 * ms
+	c := conn(one, two)
+	c.RemoteAddrs = nil
+	c.BytesSent, c.BytesAcked = 5<<20, 4<<20
+	decideAt(f, now, c)
+	if d := count(decideAt(f, now.Add(400*ms), c), Destroy); len(d) != 0 {
+		t.Fatalf("rescued before the timeout (500 ms): %v", d)
+	}
+	acts := decideAt(f, now.Add(600*ms), c)
+	if d := count(acts, Destroy); d[ID(two).String()] != 1 || len(d) != 1 {
+		t.Fatalf("stuck for 600 ms: destroys %v, want the subflow that heard from its peer longest ago", d)
+	}
+	if d := count(decideAt(f, now.Add(700*ms), c), Destroy); len(d) != 0 {
+		t.Fatalf("rescued again in the next round: %v", d)
+	}
+	// Progress: nothing to do.
+	c.BytesAcked += 1000
+	if d := count(decideAt(f, now.Add(1300*ms), c), Destroy); len(d) != 0 {
+		t.Fatalf("rescued a connection that moves: %v", d)
 	}
 }

@@ -39,6 +39,11 @@ type Conn struct {
 	// ServerSide: the peer opened the connection. Known from the path
 	// manager's events, else guessed (see observe.ConnEvents).
 	ServerSide bool
+	// Established: MPTCP is fully established on the connection (its
+	// established event came, or data was acknowledged or received at
+	// the connection level); before that the kernel refuses new
+	// subflows and announcements.
+	Established bool
 	// RemoteAddrs are the addresses the peer announced (ADD_ADDR), by id.
 	RemoteAddrs map[uint8]netip.AddrPort
 	// Closed lists subflows that closed recently, with the kernel's reason.

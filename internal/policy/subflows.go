@@ -192,7 +192,7 @@ type openerConn struct {
 	pairs   map[pair]*pairState
 	closed  time.Time               // the newest closed subflow already counted
 	pending map[SubflowID]time.Time // joining subflows, first seen
-	seen    map[SubflowID]bool      // subflows seen (joining or established)
+	seen    map[SubflowID]time.Time // subflows seen (joining or established), first seen
 	known   map[SubflowID]bool      // subflows seen established
 	// destroyed are subflows the policy closed as failures: their
 	// closing is not counted again as a failure.
@@ -210,6 +210,7 @@ type pairState struct {
 	next     time.Time
 	have     int // subflows seen last round (established and joining)
 	lastErr  string
+	failedAt time.Time // the round of the last failure
 }
 
 func newOpener() opener {
@@ -236,7 +237,7 @@ func (o *opener) parse(m *yamlcfg.Map) {
 func (o *opener) conn(tok uint32) *openerConn {
 	c := o.conns[tok]
 	if c == nil {
-		c = &openerConn{pairs: map[pair]*pairState{}, pending: map[SubflowID]time.Time{}, seen: map[SubflowID]bool{}, known: map[SubflowID]bool{},
+		c = &openerConn{pairs: map[pair]*pairState{}, pending: map[SubflowID]time.Time{}, seen: map[SubflowID]time.Time{}, known: map[SubflowID]bool{},
 			destroyed: map[SubflowID]bool{}, closing: map[SubflowID]time.Time{}, done: map[string]bool{}, retry: map[string]time.Time{}}
 		o.conns[tok] = c
 	}
@@ -253,6 +254,10 @@ func (oc *openerConn) pair(p pair) *pairState {
 }
 
 func (o *opener) fail(ps *pairState, now time.Time, why string) {
+	if ps.failedAt.Equal(now) {
+		return // one failure per pair and round, however many subflows
+	}
+	ps.failedAt = now
 	ps.fails++
 	wait := o.Backoff << min(ps.fails-1, 20)
 	ps.next = now.Add(min(wait, o.MaxBackoff))
@@ -270,10 +275,10 @@ func (o *opener) observe(now time.Time, c *Conn, outcomes []Outcome, policyName 
 		id := ID(sf)
 		present[id] = true
 		count[pairOf(sf)]++
-		if !oc.seen[id] {
+		if _, ok := oc.seen[id]; !ok {
 			// A subflow seen for the first time takes the place of a
 			// creation under way on its pair.
-			oc.seen[id] = true
+			oc.seen[id] = now
 			if ps := oc.pair(pairOf(sf)); len(ps.inflight) > 0 {
 				ps.inflight = ps.inflight[1:]
 			}
@@ -334,7 +339,9 @@ func (o *opener) observe(now time.Time, c *Conn, outcomes []Outcome, policyName 
 	for p, n := range count {
 		oc.pair(p).have = n
 	}
-	// Creations the kernel refused.
+	// Creations the kernel refused: one failure per pair and round,
+	// however many were refused together.
+	failed := map[*pairState]string{}
 	for _, out := range outcomes {
 		a := out.Action
 		if a.Token != c.Token || a.Policy != policyName {
@@ -346,12 +353,15 @@ func (o *opener) observe(now time.Time, c *Conn, outcomes []Outcome, policyName 
 			if len(ps.inflight) > 0 {
 				ps.inflight = ps.inflight[1:]
 			}
-			o.fail(ps, now, out.Error)
+			failed[ps] = out.Error
 		case (a.Kind == Announce || a.Kind == Withdraw) && out.Result != Applied:
 			key := string(a.Kind) + " " + a.Addr.String()
 			delete(oc.done, key)
 			oc.retry[key] = now.Add(o.MaxBackoff)
 		}
+	}
+	for ps, why := range failed {
+		o.fail(ps, now, why)
 	}
 	// Subflows that closed since the last round: their pairs wait a
 	// backoff before the subflow is opened again.
@@ -387,6 +397,14 @@ func (o *opener) close(now time.Time, tok uint32, id SubflowID, reason string) [
 	}
 	oc.closing[id] = now
 	return []Action{{Kind: Destroy, Token: tok, Subflow: id, Reason: reason}}
+}
+
+// age is how long the policy has seen a subflow (0: not seen before).
+func (o *opener) age(now time.Time, tok uint32, id SubflowID) time.Duration {
+	if at, ok := o.conn(tok).seen[id]; ok {
+		return now.Sub(at)
+	}
+	return 0
 }
 
 // destroy closes a subflow that failed (a join that does not complete, a

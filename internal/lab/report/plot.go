@@ -142,3 +142,43 @@ func PlotCDF(file, title, xlabel string, sets []Line) error {
 	}
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, file)
 }
+
+// PlotXY draws named series of points joined by lines (a parameter sweep:
+// goodput against subflows per pair, …) into a PNG file.
+func PlotXY(file, title, xlabel, ylabel string, lines []Line) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = ylabel
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.Left = true
+	ymax := 0.0
+	for i, l := range lines {
+		var pts plotter.XYs
+		for j := range l.X {
+			pts = append(pts, plotter.XY{X: l.X[j], Y: l.Y[j]})
+			ymax = math.Max(ymax, l.Y[j])
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		ln, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		ln.Color, sc.Color = plotutil.Color(i), plotutil.Color(i)
+		sc.Shape = plotutil.Shape(i)
+		ln.Width = vg.Points(1.5)
+		if l.Dash {
+			ln.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(ln, sc)
+		p.Legend.Add(l.Name, ln, sc)
+	}
+	if ymax > 0 {
+		p.Y.Max = ymax * 1.35 // room for the legend
+	}
+	return p.Save(8*vg.Inch, 5*vg.Inch, file)
+}

@@ -50,7 +50,7 @@ func (r *variantRun) startMptcpd(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	cmd, err := r.w.Command(world.Client, MptcpdBinary, "--plugin-dir="+dir, "--path-manager="+r.v.Mptcpd,
-		"--load-plugins="+r.v.Mptcpd, "--log=stderr", "--notify-flags=existing,skip_link_local,skip_loopback")
+		"--load-plugins="+r.v.Mptcpd, "--log=stderr", "--debug", "--notify-flags=existing,skip_link_local,skip_loopback")
 	if err != nil {
 		logf.Close()
 		return nil, err

@@ -447,6 +447,24 @@ func (r *variantRun) summarize(samples []recorder.Sample) *report.Summary {
 			sum.GoodputMbit = float64(b.Bytes) * 8 / 1e6 / sum.DurationS
 		}
 	}
+	if r.bulk != nil {
+		// Until the sender's planned end (a connection that died stalls
+		// to the end) or the last byte, whichever is later.
+		end := r.bulk.LastByte - r.t0
+		for _, t := range r.s.Traffic {
+			if t.Kind == scenario.Bulk && t.Duration > 0 {
+				end = max(end, t.Start+t.Duration)
+			}
+		}
+		if st, ok := longestStall(samples, r.bulk.Start-r.t0, end, 0); ok {
+			sum.Metrics["longest_stall_ms"] = float64(st) / 1e6
+		}
+		if med, ok := medianGoodput(samples, r.bulk.Start-r.t0+time.Second, end); ok {
+			if st, ok := longestStall(samples, r.bulk.Start-r.t0+time.Second, end, med/10); ok {
+				sum.Metrics["longest_below_tenth_of_median_ms"] = float64(st) / 1e6
+			}
+		}
+	}
 	if n := len(r.events); n > 0 && r.bulk != nil {
 		// What the transfer achieved once the last event had settled (1 s).
 		from := time.Duration((r.events[n-1].AtS + 1) * float64(time.Second))
@@ -502,6 +520,51 @@ func (r *variantRun) writeFiles(sum *report.Summary, samples []recorder.Sample) 
 		report.WriteJSON(filepath.Join(r.dir, "summary.json"), sum),
 		report.PlotSeries(filepath.Join(r.dir, "goodput.png"), title, se, marks),
 	)
+}
+
+// longestStall is the longest time, between from and to, in which the
+// receiving application got no more than floor bits per second (0:
+// nothing): from one sample interval with more progress to the next one,
+// or to the last sample (so its resolution is the sampling interval).
+func longestStall(samples []recorder.Sample, from, to time.Duration, floor float64) (time.Duration, bool) {
+	var longest time.Duration
+	var prev *recorder.Sample
+	var lastProgress time.Duration
+	for i := range samples {
+		s := &samples[i]
+		if s.T < from || s.T > to {
+			continue
+		}
+		if prev == nil {
+			prev, lastProgress = s, s.T
+			continue
+		}
+		if float64(s.AppBytes-prev.AppBytes)*8 > floor*(s.T-prev.T).Seconds() {
+			longest = max(longest, s.T-lastProgress)
+			lastProgress = s.T
+		}
+		prev = s
+	}
+	if prev == nil {
+		return 0, false
+	}
+	return max(longest, prev.T-lastProgress), true
+}
+
+// medianGoodput is the median of the sample-to-sample goodput (bit/s).
+func medianGoodput(samples []recorder.Sample, from, to time.Duration) (float64, bool) {
+	var g []float64
+	for i := 1; i < len(samples); i++ {
+		a, b := samples[i-1], samples[i]
+		if a.T < from || b.T > to || b.T <= a.T {
+			continue
+		}
+		g = append(g, float64(b.AppBytes-a.AppBytes)*8/(b.T-a.T).Seconds())
+	}
+	if len(g) == 0 {
+		return 0, false
+	}
+	return stats.Float64s(g, 0.5)[0], true
 }
 
 // writeFlowsCSV writes one row per short flow (none: no file).

@@ -171,6 +171,12 @@ func applySysctls(h HostPlan) error {
 			if err := netnsutil.WriteSysctl(k, h.Sysctls[k]); err != nil {
 				if k == "net.ipv4.tcp_congestion_control" {
 					avail, _ := netnsutil.ReadSysctl("net.ipv4.tcp_available_congestion_control")
+					allowed, _ := netnsutil.ReadSysctl("net.ipv4.tcp_allowed_congestion_control")
+					if strings.Contains(" "+avail+" ", " "+h.Sysctls[k]+" ") {
+						// Loaded, but a namespace other than the host's may
+						// only pick what the host allows.
+						return fmt.Errorf("host %s: congestion control %q is loaded but not allowed in network namespaces (allowed: %s); the host's root can allow it: sysctl -w net.ipv4.tcp_allowed_congestion_control=\"%s %s\"", h.Role, h.Sysctls[k], allowed, allowed, h.Sysctls[k])
+					}
 					return fmt.Errorf("host %s: congestion control %q is not available (available: %s)", h.Role, h.Sysctls[k], avail)
 				}
 				return fmt.Errorf("host %s: %w", h.Role, err)

@@ -359,9 +359,14 @@ func NewPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Plan, err
 				info.Endpoint = &f
 				info.EPFlags = f.String()
 			}
-			// Each via-core path has a server address of its own: the
-			// server announces every one but the initial subflow's.
-			if sp.ViaCore && order > 0 && kernelPM[Server] {
+			// Each via-core path has a server address of its own: when
+			// the connection starts on one (the multi-homed server of
+			// the M-fullmesh poster), the server announces every one but
+			// the initial subflow's. When it starts on a direct path,
+			// that address is reachable over every path (see
+			// routeDirectServersViaCore): a single-homed server, which
+			// announces nothing.
+			if sp.ViaCore && order > 0 && kernelPM[Server] && s.Path(v.Paths[0]).ViaCore {
 				sf := pm.FlagSignal
 				info.ServerEndpoint = &sf
 				info.ServerEPFlags = sf.String()
@@ -374,6 +379,7 @@ func NewPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Plan, err
 		if err := p.planCore(s, inVariant); err != nil {
 			return nil, err
 		}
+		p.routeDirectServersViaCore()
 	}
 	p.Limits = limits(s, p.Paths)
 	return p, nil
@@ -478,6 +484,42 @@ func (p *Plan) planCore(s *scenario.Scenario, inVariant map[string]bool) error {
 			Route{Host: R2, Dst: clientNet, Devs: devs[pr], Table: table})
 	}
 	return nil
+}
+
+// routeDirectServersViaCore makes the server's address on each direct path
+// reachable through the core too, as a server with one address is over
+// every path of a multi-homed client: r1 routes it over every core link,
+// r2 hands it to the server over the first via-core path's veth (the
+// server takes packets for any of its addresses on any interface). A
+// subflow from a via-core client address to the connection's own server
+// address then crosses the core, the way the kernel path manager opens
+// subflows (to the address the connection started with).
+func (p *Plan) routeDirectServersViaCore() {
+	var first *PathInfo
+	for i := range p.Paths {
+		if p.Paths[i].ViaCore {
+			first = &p.Paths[i]
+			break
+		}
+	}
+	if first == nil {
+		return
+	}
+	var all []string
+	for _, l := range p.Links {
+		if l.A.Host == R1 && l.B.Host == R2 {
+			all = append(all, l.Name)
+		}
+	}
+	for _, pi := range p.Paths {
+		if pi.ViaCore {
+			continue
+		}
+		dst := netip.PrefixFrom(pi.Server.Addr, 24).Masked()
+		p.Routes = append(p.Routes,
+			Route{Host: R1, Dst: dst, Devs: all},
+			Route{Host: R2, Dst: dst, Devs: []string{first.Name}, Via: first.Server.Addr})
+	}
 }
 
 // CoreLink returns a core link of this world by name.

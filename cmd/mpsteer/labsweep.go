@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"mpsteer/internal/lab/report"
+)
+
+func init() { extraLabCommands = append(extraLabCommands, labSweepCmd) }
+
+// sweepPoint is one variant's value at its x.
+type sweepPoint struct {
+	Scenario, Series, Variant string
+	X, Y                      float64
+}
+
+func labSweepCmd() *cobra.Command {
+	var pattern, out, title, xlabel string
+	c := &cobra.Command{
+		Use:   "sweep DIR... --variants REGEX --out FILE.png",
+		Short: "Plot goodput against a number in the variants' names (e.g. subflows per pair), one line per scenario and series; also writes FILE.csv",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			re, err := regexp.Compile(pattern)
+			if err != nil {
+				return fmt.Errorf("--variants: %w", err)
+			}
+			if re.SubexpIndex("x") < 0 {
+				return fmt.Errorf("--variants %q needs a group named x that captures the number, e.g. ^fullmesh-(?P<x>[0-9]+)(?P<series>-ecmp)?$", pattern)
+			}
+			var pts []sweepPoint
+			for _, dir := range args {
+				data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+				if err != nil {
+					return fmt.Errorf("%s: %w (is it a lab run output directory?)", dir, err)
+				}
+				var sums []*report.Summary
+				if err := json.Unmarshal(data, &sums); err != nil {
+					return fmt.Errorf("%s: %w", dir, err)
+				}
+				for _, s := range sums {
+					m := re.FindStringSubmatch(s.Variant)
+					if m == nil {
+						continue
+					}
+					x, err := strconv.ParseFloat(m[re.SubexpIndex("x")], 64)
+					if err != nil {
+						return fmt.Errorf("variant %s: %q is not a number", s.Variant, m[re.SubexpIndex("x")])
+					}
+					series := ""
+					if i := re.SubexpIndex("series"); i >= 0 {
+						series = m[i]
+					}
+					pts = append(pts, sweepPoint{Scenario: s.Scenario, Series: series, Variant: s.Variant, X: x, Y: s.GoodputMbit})
+				}
+			}
+			if len(pts) == 0 {
+				return fmt.Errorf("no variant matches %q", pattern)
+			}
+			byLine := map[string][]sweepPoint{}
+			var names []string
+			for _, p := range pts {
+				name := strings.TrimSpace(p.Scenario + " " + strings.Trim(p.Series, "-_"))
+				if _, ok := byLine[name]; !ok {
+					names = append(names, name)
+				}
+				byLine[name] = append(byLine[name], p)
+			}
+			sort.Strings(names)
+			var lines []report.Line
+			for _, n := range names {
+				ps := byLine[n]
+				sort.Slice(ps, func(i, j int) bool { return ps[i].X < ps[j].X })
+				l := report.Line{Name: n, Dash: strings.Contains(n, " ")}
+				for _, p := range ps {
+					l.X, l.Y = append(l.X, p.X), append(l.Y, p.Y)
+				}
+				lines = append(lines, l)
+			}
+			if err := report.PlotXY(out, title, xlabel, "goodput (Mbit/s)", lines); err != nil {
+				return err
+			}
+			csvFile := strings.TrimSuffix(out, filepath.Ext(out)) + ".csv"
+			f, err := os.Create(csvFile)
+			if err != nil {
+				return err
+			}
+			w := csv.NewWriter(f)
+			w.Write([]string{"scenario", "series", "variant", "x", "goodput_mbit"})
+			for _, p := range pts {
+				w.Write([]string{p.Scenario, p.Series, p.Variant, strconv.FormatFloat(p.X, 'f', -1, 64), strconv.FormatFloat(p.Y, 'f', 3, 64)})
+			}
+			w.Flush()
+			if err := w.Error(); err != nil {
+				return err
+			}
+			fmt.Printf("plot: %s\ndata: %s\n", out, csvFile)
+			return f.Close()
+		},
+	}
+	c.Flags().StringVar(&pattern, "variants", "", "regular expression over variant names, with a group x (the number) and optionally a group series")
+	c.Flags().StringVar(&out, "out", "sweep.png", "PNG file to write (a CSV beside it)")
+	c.Flags().StringVar(&title, "title", "goodput", "plot title")
+	c.Flags().StringVar(&xlabel, "xlabel", "x", "x axis label")
+	c.MarkFlagRequired("variants")
+	return c
+}
