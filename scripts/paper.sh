@@ -26,6 +26,6 @@ done
 if ls -d results/paper/fullmesh-[0-9]* >/dev/null 2>&1; then
 	$bin lab sweep results/paper/fullmesh-[0-9]* --variants '^fullmesh-(?P<x>[0-9]+)(?P<series>-ecmp)?$' \
 		--title "M-fullmesh: goodput against subflows per address pair (320 Mbit/s of core)" \
-		--xlabel "subflows per address pair" --out docs/figures/fullmesh-sweep.png
+		--xlabel "subflows per address pair" --default-series pinned --out docs/figures/fullmesh-sweep.png
 	cp docs/figures/fullmesh-sweep.csv docs/data/fullmesh-sweep.csv
 fi

@@ -25,7 +25,7 @@ type sweepPoint struct {
 }
 
 func labSweepCmd() *cobra.Command {
-	var pattern, out, title, xlabel string
+	var pattern, out, title, xlabel, defSeries string
 	c := &cobra.Command{
 		Use:   "sweep DIR... --variants REGEX --out FILE.png",
 		Short: "Plot goodput against a number in the variants' names (e.g. subflows per pair), one line per scenario and series; also writes FILE.csv",
@@ -61,6 +61,9 @@ func labSweepCmd() *cobra.Command {
 					if i := re.SubexpIndex("series"); i >= 0 {
 						series = m[i]
 					}
+					if series == "" {
+						series = defSeries
+					}
 					pts = append(pts, sweepPoint{Scenario: s.Scenario, Series: series, Variant: s.Variant, X: x, Y: s.GoodputMbit})
 				}
 			}
@@ -81,7 +84,7 @@ func labSweepCmd() *cobra.Command {
 			for _, n := range names {
 				ps := byLine[n]
 				sort.Slice(ps, func(i, j int) bool { return ps[i].X < ps[j].X })
-				l := report.Line{Name: n, Dash: strings.Contains(n, " ")}
+				l := report.Line{Name: n, Dash: defSeries == "" && strings.Contains(n, " ") || defSeries != "" && !strings.HasSuffix(n, defSeries)}
 				for _, p := range ps {
 					l.X, l.Y = append(l.X, p.X), append(l.Y, p.Y)
 				}
@@ -112,6 +115,7 @@ func labSweepCmd() *cobra.Command {
 	c.Flags().StringVar(&out, "out", "sweep.png", "PNG file to write (a CSV beside it)")
 	c.Flags().StringVar(&title, "title", "goodput", "plot title")
 	c.Flags().StringVar(&xlabel, "xlabel", "x", "x axis label")
+	c.Flags().StringVar(&defSeries, "default-series", "", "series name of the variants whose series group is empty")
 	c.MarkFlagRequired("variants")
 	return c
 }
