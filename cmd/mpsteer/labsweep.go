@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,16 +37,12 @@ func labSweepCmd() *cobra.Command {
 			if re.SubexpIndex("x") < 0 {
 				return fmt.Errorf("--variants %q needs a group named x that captures the number, e.g. ^fullmesh-(?P<x>[0-9]+)(?P<series>-ecmp)?$", pattern)
 			}
+			rows, err := readRuns(args)
+			if err != nil {
+				return err
+			}
 			var pts []sweepPoint
-			for _, dir := range args {
-				data, err := os.ReadFile(filepath.Join(dir, "results.json"))
-				if err != nil {
-					return fmt.Errorf("%s: %w (is it a lab run output directory?)", dir, err)
-				}
-				var sums []*report.Summary
-				if err := json.Unmarshal(data, &sums); err != nil {
-					return fmt.Errorf("%s: %w", dir, err)
-				}
+			for _, sums := range rows {
 				for _, s := range sums {
 					m := re.FindStringSubmatch(s.Variant)
 					if m == nil {

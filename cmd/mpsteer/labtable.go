@@ -21,25 +21,19 @@ func labTableCmd() *cobra.Command {
 		Short: "Print one Markdown table of a value (default goodput_mbit) per scenario and variant from lab run outputs (--json: every variant's figures, compact)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var rows [][]*report.Summary
+			rows, err := readRuns(args)
+			if err != nil {
+				return err
+			}
 			var variants []string
 			seen := map[string]bool{}
-			for _, dir := range args {
-				data, err := os.ReadFile(filepath.Join(dir, "results.json"))
-				if err != nil {
-					return fmt.Errorf("%s: %w (is it a lab run output directory?)", dir, err)
-				}
-				var sums []*report.Summary
-				if err := json.Unmarshal(data, &sums); err != nil {
-					return fmt.Errorf("%s: %w", dir, err)
-				}
+			for _, sums := range rows {
 				for _, s := range sums {
 					if !seen[s.Variant] {
 						seen[s.Variant] = true
 						variants = append(variants, s.Variant)
 					}
 				}
-				rows = append(rows, sums)
 			}
 			if asJSON {
 				var out [][]report.Compact
@@ -60,4 +54,21 @@ func labTableCmd() *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print every scenario's variants as compact JSON (the figures docs/results.md quotes)")
 	c.Flags().StringVar(&metric, "metric", "goodput_mbit", "goodput_mbit or a key of a summary's metrics (e.g. goodput_after_last_event_mbit)")
 	return c
+}
+
+// readRuns loads the results.json of lab run output directories.
+func readRuns(dirs []string) ([][]*report.Summary, error) {
+	var rows [][]*report.Summary
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (is it a lab run output directory?)", dir, err)
+		}
+		var sums []*report.Summary
+		if err := json.Unmarshal(data, &sums); err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		rows = append(rows, sums)
+	}
+	return rows, nil
 }

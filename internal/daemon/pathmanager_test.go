@@ -30,20 +30,7 @@ func userspaceHosts(t *testing.T, n int) testutil.Hosts {
 }
 
 // sampler reads the subflows of a namespace.
-func sampler(t *testing.T, ns string) *observe.Sampler {
-	t.Helper()
-	hnd, err := netnsutil.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hnd.Close()
-	s, err := observe.NewSampler(int(hnd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+func sampler(t *testing.T, ns string) *observe.Sampler { return testutil.Sampler(t, ns) }
 
 // pairs counts established subflows per local→remote address pair.
 func pairs(t *testing.T, s *observe.Sampler) map[string]int {

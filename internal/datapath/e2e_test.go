@@ -13,7 +13,6 @@ import (
 	"mpsteer/internal/datapath"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/lab/world"
-	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
@@ -24,20 +23,8 @@ func labWorld(t *testing.T, src, variant string) *world.World {
 	return testutil.LabWorld(t, src, variant)
 }
 
-func sampler(t *testing.T, ns string) *observe.Sampler {
-	t.Helper()
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	s, err := observe.NewSampler(int(h))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+// sampler reads the subflows of a namespace.
+func sampler(t *testing.T, ns string) *observe.Sampler { return testutil.Sampler(t, ns) }
 
 func addChain(t *testing.T, d *testutil.Daemon, spec datapath.ChainSpec) datapath.ChainStatus {
 	t.Helper()

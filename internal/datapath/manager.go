@@ -14,6 +14,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"mpsteer/internal/bpfutil"
 )
 
 // Hook is where a chain runs.
@@ -142,7 +144,7 @@ func NewManagerWith(o Options) (*Manager, error) {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("the maps pinned in %s are from another version of mpsteer; remove them (rm %s/mpsteer_*) to start afresh: %w", o.PinDir, o.PinDir, err)
 		}
-		return nil, fmt.Errorf("load the datapath programs: %w", verifierDetail(err))
+		return nil, fmt.Errorf("load the datapath programs: %w", bpfutil.VerifierDetail(err))
 	}
 	progs := map[string]*ebpf.Program{
 		"sel_tuple": m.objs.SelTuple, "sel_prefix": m.objs.SelPrefix, "sel_seq": m.objs.SelSeq, "sel_type": m.objs.SelType,
@@ -333,7 +335,7 @@ func (m *Manager) loadEntry(id uint32) (*ebpf.Program, error) {
 	}
 	err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: m.sharedMaps()})
 	if err != nil {
-		return nil, fmt.Errorf("load the chain entry: %w", verifierDetail(err))
+		return nil, fmt.Errorf("load the chain entry: %w", bpfutil.VerifierDetail(err))
 	}
 	return objs.Entry, nil
 }
@@ -637,7 +639,7 @@ func (m *Manager) LoadActor(objFile, name string) error {
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	if err != nil {
-		return fmt.Errorf("%s: %w", objFile, verifierDetail(err))
+		return fmt.Errorf("%s: %w", objFile, bpfutil.VerifierDetail(err))
 	}
 	prog := coll.DetachProgram(progName)
 	coll.Close()

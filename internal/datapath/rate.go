@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"mpsteer/internal/bpfutil"
 )
 
 // Subflow4 names a subflow by its local and remote address and port.
@@ -45,7 +47,7 @@ func NewPacer(netnsCookie uint64) (*Pacer, error) {
 	}
 	p := &Pacer{want: map[Subflow4]uint64{}}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		return nil, fmt.Errorf("load the sockops rate program: %w", verifierDetail(err))
+		return nil, fmt.Errorf("load the sockops rate program: %w", bpfutil.VerifierDetail(err))
 	}
 	if p.link, err = attachSockOps(p.objs.MpsteerRate, "rate"); err != nil {
 		p.objs.Close()

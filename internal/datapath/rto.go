@@ -4,13 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"mpsteer/internal/bpfutil"
 )
 
 // RTOCapper sets TCP_RTO_MAX_MS on new MPTCP subflows from chosen local
@@ -35,7 +36,7 @@ func NewRTOCapper(netnsCookie uint64) (*RTOCapper, error) {
 	}
 	r := &RTOCapper{want: map[netip.Addr]time.Duration{}}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
-		return nil, fmt.Errorf("load the sockops RTO program: %w", verifierDetail(err))
+		return nil, fmt.Errorf("load the sockops RTO program: %w", bpfutil.VerifierDetail(err))
 	}
 	if r.link, err = attachSockOps(r.objs.MpsteerRto, "RTO"); err != nil {
 		r.objs.Close()
@@ -109,16 +110,4 @@ func (r *RTOCapper) Stats() map[string]uint64 {
 // Close detaches and unloads.
 func (r *RTOCapper) Close() error {
 	return errors.Join(r.link.Close(), r.objs.Close())
-}
-
-// verifierDetail keeps the useful end of a verifier log.
-func verifierDetail(err error) error {
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		return fmt.Errorf("%+v", ve)
-	}
-	if errors.Is(err, os.ErrPermission) {
-		return fmt.Errorf("%w (loading BPF programs needs root)", err)
-	}
-	return err
 }

@@ -1,4 +1,4 @@
-package observe
+package observe_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/testutil"
 )
 
@@ -48,11 +49,11 @@ func TestSamplerSeesSubflowsAndTCP(t *testing.T) {
 	defer h.Close()
 	var got [2][]string
 	for i, oneWalk := range []bool{true, false} {
-		s, err := NewSampler(int(h))
+		s, err := observe.NewSampler(int(h))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.noCompat = !oneWalk
+		observe.PerFamily(s, !oneWalk)
 		all, err := s.TCP()
 		s.Close()
 		if err != nil {

@@ -10,6 +10,9 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/observe"
 )
 
 // RequireEnv names the environment variable that turns every skip of a
@@ -103,4 +106,21 @@ func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Sampler opens an inet_diag sampler in a named namespace, closed when the
+// test ends.
+func Sampler(t testing.TB, ns string) *observe.Sampler {
+	t.Helper()
+	h, err := netnsutil.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	s, err := observe.NewSampler(int(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"mpsteer/internal/bpfutil"
 	"mpsteer/internal/netnsutil"
 )
 
@@ -58,7 +58,7 @@ func Load(pairs []Pair, markBase uint32) (*Pinner, error) {
 	}
 	p := &Pinner{}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		return nil, fmt.Errorf("load the core pinning program: %w", verifierDetail(err))
+		return nil, fmt.Errorf("load the core pinning program: %w", bpfutil.VerifierDetail(err))
 	}
 	for _, pr := range pairs {
 		if len(pr.Links) == 0 || len(pr.Links) > MaxPerPair {
@@ -165,16 +165,4 @@ func (p *Pinner) Close() error {
 	}
 	p.links = nil
 	return errors.Join(errs, p.objs.Close())
-}
-
-// verifierDetail keeps the useful end of a verifier log.
-func verifierDetail(err error) error {
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		return fmt.Errorf("%+v", ve)
-	}
-	if errors.Is(err, os.ErrPermission) {
-		return fmt.Errorf("%w (loading BPF programs needs root)", err)
-	}
-	return err
 }

@@ -1,0 +1,24 @@
+// Package bpfutil holds what every loader of mpsteer's BPF programs needs
+// (the daemon's datapath, the lab's core pinning).
+package bpfutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+)
+
+// VerifierDetail keeps the useful end of a verifier log, and says that
+// loading BPF programs needs root when that is why it failed.
+func VerifierDetail(err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%+v", ve)
+	}
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("%w (loading BPF programs needs root)", err)
+	}
+	return err
+}
