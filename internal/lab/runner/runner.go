@@ -641,8 +641,28 @@ func writeReport(s *scenario.Scenario, res *Result) error {
 	return errors.Join(cdf,
 		os.WriteFile(res.Report, []byte(b.String()+"\n"), 0o644),
 		report.WriteJSON(filepath.Join(res.Out, "results.json"), res.Summaries),
-		report.PlotLines(filepath.Join(res.Out, "compare.png"), s.Name+": application goodput, 0.5 s average", "goodput (Mbit/s)", lines, nil),
+		report.PlotLines(filepath.Join(res.Out, "compare.png"), s.Name+": application goodput, 0.5 s average", "goodput (Mbit/s)", clip(lines, s.Duration()), nil),
 	)
+}
+
+// clip keeps a comparison plot to the scenario's time (a variant whose
+// transfer never finished would stretch everyone's axis to its timeout);
+// the whole series stay in each variant's timeseries.csv and goodput.png.
+func clip(lines []report.Line, d time.Duration) []report.Line {
+	if d <= 0 {
+		return lines
+	}
+	end := (d + d/10).Seconds()
+	out := make([]report.Line, len(lines))
+	for i, l := range lines {
+		out[i] = l
+		n := 0
+		for n < len(l.X) && l.X[n] <= end {
+			n++
+		}
+		out[i].X, out[i].Y = l.X[:n], l.Y[:min(n, len(l.Y))]
+	}
+	return out
 }
 
 // readSeries loads time and application goodput from a timeseries.csv.
