@@ -5,7 +5,7 @@ GO    ?= go
 BIN   := bin/mpsteer
 OUT   ?= results
 
-.PHONY: all deps build generate test demo bench clean
+.PHONY: all deps build generate test demo bench clean fuzz
 
 all: build
 
@@ -31,3 +31,15 @@ bench: build
 
 clean:
 	rm -rf bin
+
+# Every Go fuzz target, FUZZTIME each (the seed corpora also run in `make
+# test`, as ordinary tests). A crash is written to the package's
+# testdata/fuzz/ and fails the run: commit it as a regression test.
+FUZZTIME ?= 30s
+fuzz: build
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for fz in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "fuzz: $$pkg $$fz ($(FUZZTIME))"; \
+			MPSTEER_BIN=$(CURDIR)/$(BIN) $(GO) test -run XXX -fuzz "^$$fz\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done

@@ -115,9 +115,9 @@ func DecodeEvent(m genetlink.Message) (Event, error) {
 		case evDaddr6:
 			daddr = addrFromBytes(ad.Bytes())
 		case evSport:
-			sport = binary.BigEndian.Uint16(ad.Bytes())
+			sport = be16(ad.Bytes())
 		case evDport:
-			dport = binary.BigEndian.Uint16(ad.Bytes())
+			dport = be16(ad.Bytes())
 		case evBackup:
 			ev.Backup = ad.Uint8() != 0
 		case evError:
@@ -143,6 +143,14 @@ func DecodeEvent(m genetlink.Message) (Event, error) {
 		ev.Remote = netip.AddrPortFrom(daddr.Unmap(), dport)
 	}
 	return ev, ad.Err()
+}
+
+// be16 reads a big-endian port (0 when the attribute is too short).
+func be16(b []byte) uint16 {
+	if len(b) < 2 {
+		return 0
+	}
+	return binary.BigEndian.Uint16(b)
 }
 
 func addrFromBytes(b []byte) netip.Addr {

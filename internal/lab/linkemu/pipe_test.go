@@ -250,3 +250,11 @@ func TestHasTCPPayload(t *testing.T) {
 		t.Fatal("UDP counted as TCP data")
 	}
 }
+
+func TestReadTraceRefusesDevicesAndPipes(t *testing.T) {
+	for _, p := range []string{"/dev/zero", "/dev/null", os.TempDir()} {
+		if _, err := ReadTrace(p); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("%s: %v, want refused as not a regular file", p, err)
+		}
+	}
+}

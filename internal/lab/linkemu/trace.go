@@ -23,6 +23,10 @@ type Trace struct {
 	Period time.Duration
 }
 
+// MaxTraceBytes bounds a trace file (a day of full-rate opportunities at
+// one per millisecond is about 600 MB; traces are minutes).
+const MaxTraceBytes = 64 << 20
+
 // ReadTrace loads a trace file. Errors name the file and line.
 func ReadTrace(path string) (*Trace, error) {
 	f, err := os.Open(path)
@@ -30,6 +34,15 @@ func ReadTrace(path string) (*Trace, error) {
 		return nil, fmt.Errorf("trace file: %w", err)
 	}
 	defer f.Close()
+	// A trace is a regular file of bounded size: not a device or a pipe
+	// a scenario could name to hang the parser (/dev/zero, /dev/stdin).
+	if fi, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("trace file: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("trace file %s is not a regular file", path)
+	} else if fi.Size() > MaxTraceBytes {
+		return nil, fmt.Errorf("trace file %s is %d bytes; at most %d are read", path, fi.Size(), int64(MaxTraceBytes))
+	}
 	tr := &Trace{Name: filepath.Base(path)}
 	sc := bufio.NewScanner(f)
 	line := 0
