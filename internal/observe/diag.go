@@ -331,7 +331,9 @@ func fillTCPInfo(sf *Subflow, b []byte) {
 		sf.SRTT = time.Duration(ti.Rtt) * time.Microsecond
 	}
 	sf.RTTVar = time.Duration(ti.Rttvar) * time.Microsecond
-	sf.MinRTT = time.Duration(ti.Min_rtt) * time.Microsecond
+	if ti.Min_rtt < 1<<31 {
+		sf.MinRTT = time.Duration(ti.Min_rtt) * time.Microsecond
+	}
 	sf.RTO = time.Duration(ti.Rto) * time.Microsecond
 	sf.Backoff = ti.Backoff
 	sf.Cwnd = ti.Snd_cwnd

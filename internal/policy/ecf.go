@@ -7,26 +7,38 @@ import (
 	"sync"
 	"time"
 
+	"mpsteer/internal/observe"
 	"mpsteer/internal/units"
 	"mpsteer/internal/yamlcfg"
 )
 
 // ECF is eMPTCP's ECF-like traffic scheduler (paper: emptcp-full-
-// extensibility, use case 3, after Lim et al.'s ECF): every round (the
-// daemon's interval, 100 ms) it sets a rate vector over each connection's
-// subflows. The subflow with the shortest RTT is the fast one and is never
-// capped. A slow subflow (RTT above SlowFactor × the fast one's) may carry
-// only what arrives in time: what it holds is out for its RTT, while the
-// fast path keeps delivering behind it into the same receive window, so
+// extensibility, use case 3, after Lim et al.'s ECF and Ferlin et al.'s
+// BLEST): every round (the daemon's interval, 100 ms) it sets a rate
+// vector over each connection's subflows. The subflow with the shortest
+// RTT is the fast one and is never capped. A slow subflow (base RTT above
+// SlowFactor × the fast one's) may carry only what arrives in time: what
+// it holds is out for its RTT while the fast path keeps delivering behind
+// it into the same receive window, so
 //
 //	(C_fast + r_slow) · RTT_slow ≤ Headroom · W
 //
-// with W the window the receiver advertises and C_fast the fast path's
-// delivery rate. Its cap is r_slow = Headroom·W/RTT_slow − C_fast, at
-// least MinRate (so that it stays measured); when what it could carry fits
-// anyway, it is not capped. A slow path thus adds what it can without
-// making the fast one wait at the receiver (head-of-line blocking), and
-// nothing when the window is too small for both.
+// with W the window the receiver advertises, C_fast the fast path's rate
+// and RTT_slow the slow path's base RTT (its minimum: the cap keeps its
+// queue empty). Its cap is r_slow = Headroom·W/RTT_slow − C_fast, and at
+// most 90% of what the slow path has shown it carries (so that its own
+// queue, which would inflate its RTT and hold data back, stays empty). A
+// subflow is capped only while the window allows it less than what it
+// carries free. When less than MinRate would arrive in time, it is set
+// aside (backup) instead: a cap that low would strand, behind its pacing,
+// whatever the scheduler has already queued on it — measured in the lab,
+// that held the whole connection back. A slow path thus adds what it can
+// without making the fast one wait at the receiver (head-of-line
+// blocking), and nothing when the window is too small for both.
+//
+// Rates are what each subflow had acknowledged per second over the last
+// second; a subflow's capacity is the best of that over Memory while it was
+// free (it is not measured while capped or set aside, so Memory is long).
 type ECF struct {
 	mu         sync.Mutex
 	SlowFactor float64
@@ -42,8 +54,11 @@ type ECF struct {
 }
 
 type ecfConn struct {
-	best map[SubflowID]*peak
-	caps map[SubflowID]units.Rate
+	acked map[SubflowID]*rate // bytes acknowledged per second, over 1 s
+	best  map[SubflowID]*peak // the best of that over Memory, while free
+	seen  map[SubflowID]time.Time
+	caps  map[SubflowID]units.Rate // 0: free; < 0: set aside (backup)
+	wnd   peak                     // the receive window, its largest over 3 s
 }
 
 // peak keeps the largest value seen over a window of time.
@@ -101,10 +116,10 @@ func init() {
 	})
 }
 
-// NewECF makes the policy with its defaults: slow means an RTT 1.25× the
-// fast one's, 90% of the window, a 200 kbit/s floor, 3 s of memory.
+// NewECF makes the policy with its defaults: slow means a base RTT 1.25×
+// the fast one's, 90% of the window, a 200 kbit/s floor, 30 s of memory.
 func NewECF() *ECF {
-	return &ECF{SlowFactor: 1.25, Headroom: 0.9, MinRate: 200 * units.Kbit, Memory: 3 * time.Second,
+	return &ECF{SlowFactor: 1.25, Headroom: 0.9, MinRate: 200 * units.Kbit, Memory: 30 * time.Second,
 		conns: map[uint32]*ecfConn{}}
 }
 
@@ -125,7 +140,7 @@ func (p *ECF) Decide(s *Snapshot) []Action {
 		live[c.Token] = true
 		st := p.conns[c.Token]
 		if st == nil {
-			st = &ecfConn{best: map[SubflowID]*peak{}, caps: map[SubflowID]units.Rate{}}
+			st = &ecfConn{acked: map[SubflowID]*rate{}, best: map[SubflowID]*peak{}, seen: map[SubflowID]time.Time{}, caps: map[SubflowID]units.Rate{}}
 			p.conns[c.Token] = st
 		}
 		acts, cs := p.decideConn(s.Now, c, st)
@@ -143,30 +158,39 @@ func (p *ECF) Decide(s *Snapshot) []Action {
 
 func (p *ECF) decideConn(now time.Time, c *Conn, st *ecfConn) ([]Action, ECFConnStatus) {
 	cs := ECFConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
-	rate := map[SubflowID]float64{} // bytes/s, best recent
+	cur := map[SubflowID]float64{}  // bytes/s over the last second
+	best := map[SubflowID]float64{} // best while free (not capped, not set aside)
 	var wnd uint64
 	var usable []int
 	present := map[SubflowID]bool{}
 	for i, sf := range c.Subflows {
 		id := ID(sf)
 		present[id] = true
-		pk := st.best[id]
-		if pk == nil {
-			pk = &peak{}
-			st.best[id] = pk
+		if st.acked[id] == nil {
+			st.acked[id], st.best[id], st.seen[id] = &rate{}, &peak{}, now
 		}
-		rate[id] = pk.add(now, float64(sf.DeliveryRate), p.Memory)
+		cur[id] = max(st.acked[id].add(now, sf.BytesAcked, time.Second), 0)
+		if st.caps[id] == 0 && now.Sub(st.seen[id]) >= time.Second {
+			best[id] = st.best[id].add(now, cur[id], p.Memory)
+		} else if len(st.best[id].v) > 0 {
+			best[id] = st.best[id].v[0]
+		}
 		wnd = max(wnd, uint64(sf.SndWnd))
-		if sf.SRTT > 0 && !sf.Backup() {
+		if baseRTT(sf) > 0 {
 			usable = append(usable, i)
 		}
 	}
-	for id := range st.best {
+	for id := range st.acked {
 		if !present[id] {
+			delete(st.acked, id)
 			delete(st.best, id)
+			delete(st.seen, id)
 			delete(st.caps, id)
 		}
 	}
+	// The advertised window moves with every ACK; its largest over the
+	// last seconds is what the receiver can take.
+	wnd = uint64(st.wnd.add(now, float64(wnd), 3*time.Second))
 	if p.Window > 0 {
 		wnd = uint64(p.Window)
 	}
@@ -174,37 +198,77 @@ func (p *ECF) decideConn(now time.Time, c *Conn, st *ecfConn) ([]Action, ECFConn
 	if len(usable) < 2 {
 		return nil, cs
 	}
-	sort.Slice(usable, func(i, j int) bool { return c.Subflows[usable[i]].SRTT < c.Subflows[usable[j]].SRTT })
+	sort.Slice(usable, func(i, j int) bool { return baseRTT(c.Subflows[usable[i]]) < baseRTT(c.Subflows[usable[j]]) })
 	fast := c.Subflows[usable[0]]
+	cf := math.Max(best[ID(fast)], cur[ID(fast)])
 	cs.Fast = ID(fast).String()
 	var out []Action
+	decide := func(id SubflowID, backup bool, r units.Rate, why string) {
+		out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: id, Backup: backup, Reason: why},
+			Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: r, Reason: why})
+	}
 	for _, i := range usable {
 		sf := c.Subflows[i]
 		id := ID(sf)
-		ss := ECFSubflowStatus{Subflow: id.String(), RTTMs: float64(sf.SRTT) / 1e6, RateMbit: rate[id] * 8 / 1e6, Cap: "none"}
-		if id == ID(fast) || float64(sf.SRTT) <= p.SlowFactor*float64(fast.SRTT) {
+		rtt := baseRTT(sf)
+		ss := ECFSubflowStatus{Subflow: id.String(), RTTMs: float64(rtt) / 1e6, RateMbit: cur[id] * 8 / 1e6, Cap: "none"}
+		if id == ID(fast) || float64(rtt) <= p.SlowFactor*float64(baseRTT(fast)) {
+			decide(id, false, 0, "the fast path (or as fast): never held back")
 			cs.Subflows = append(cs.Subflows, ss)
 			continue
 		}
-		budget := p.Headroom*float64(wnd)/sf.SRTT.Seconds() - rate[ID(fast)]
-		want := units.Rate(0) // no cap
-		reason := fmt.Sprintf("fits: %s of window allows %s here beside the fast path's %s (RTT %s vs %s)",
-			units.Size(wnd), mbit(max(budget, 0)), mbit(rate[ID(fast)]), fmtMs(sf.SRTT), fmtMs(fast.SRTT))
-		if budget < rate[id]*1.1 || rate[id] == 0 {
-			want = units.Rate(math.Max(budget*8, float64(p.MinRate)))
-			reason = fmt.Sprintf("in time only: (fast %s + this) × RTT %s must fit %.0f%% of the %s window",
-				mbit(rate[ID(fast)]), fmtMs(sf.SRTT), p.Headroom*100, units.Size(wnd))
+		inTime := p.Headroom*float64(wnd)/rtt.Seconds() - cf // bytes/s
+		capRate := units.Rate(0)
+		var why string
+		// Hysteresis: set aside below MinRate, back only above 4×MinRate.
+		aside := inTime*8 < float64(p.MinRate) || st.caps[id] < 0 && inTime*8 < 4*float64(p.MinRate)
+		switch {
+		case aside:
+			// Nothing it could carry arrives in time: no new data at all
+			// (a cap this low would strand what the scheduler queues on it).
+			capRate = -1
+			why = fmt.Sprintf("set aside: the fast path's %s fills %.0f%% of the %s window over this path's base RTT %s",
+				mbit(cf), p.Headroom*100, units.Size(wnd), fmtMs(rtt))
+		case best[id] > 0 && inTime < 0.9*best[id]:
+			capRate = roundRate(units.Rate(inTime * 8))
+			why = fmt.Sprintf("in time: (fast %s + this) × base RTT %s within %.0f%% of the %s window",
+				mbit(cf), fmtMs(rtt), p.Headroom*100, units.Size(wnd))
+		default:
+			why = fmt.Sprintf("free: the window allows %s here, more than the %s it carries", mbit(inTime), mbit(best[id]))
 		}
 		// Hysteresis: a cap moves only when it changes by a tenth.
-		if old, ok := st.caps[id]; ok && want > 0 && old > 0 && math.Abs(float64(want-old)) < 0.1*float64(old) {
-			want = old
+		if old := st.caps[id]; old > 0 && capRate > 0 && math.Abs(float64(capRate-old)) < 0.1*float64(old) {
+			capRate = old
 		}
-		st.caps[id] = want
-		ss.Cap = RateText(want)
+		st.caps[id] = capRate
+		switch {
+		case capRate < 0:
+			ss.Cap = "set aside (backup)"
+			decide(id, true, 0, why)
+		default:
+			ss.Cap = RateText(capRate)
+			decide(id, false, capRate, why)
+		}
 		cs.Subflows = append(cs.Subflows, ss)
-		out = append(out, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: want, Reason: reason})
 	}
 	return out, cs
+}
+
+// baseRTT is a subflow's lowest RTT (its SRTT until the kernel has one).
+func baseRTT(sf observe.Subflow) time.Duration {
+	if sf.MinRTT > 0 {
+		return sf.MinRTT
+	}
+	return sf.SRTT
+}
+
+// roundRate keeps a cap to three significant digits.
+func roundRate(r units.Rate) units.Rate {
+	if r <= 0 {
+		return 0
+	}
+	scale := math.Pow(10, math.Floor(math.Log10(float64(r)))-2)
+	return units.Rate(math.Round(float64(r)/scale) * scale)
 }
 
 // Status reports the last rate vectors.
