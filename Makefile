@@ -1,45 +1,97 @@
 # mpsteer: `make demo` and `make test` install what is missing, build, and
 # do their job. `make bench` writes benchmark JSON to results/bench/.
+# `make build` needs neither root nor clang when the committed BPF objects
+# are current (scripts/bpf-generate.sh). `make install` / `make uninstall`
+# put the daemon on a systemd host; `make deb` packages the same files.
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin/mpsteer
 OUT   ?= results
 
-.PHONY: all deps build generate test demo bench clean fuzz
+# Where `make install` puts things (the .deb uses PREFIX=/usr).
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/mpsteer
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR ?= /etc
+DESTDIR    ?=
+# Where man pages and the package are made; BUILD_DEPS= uses the binary
+# BIN as it is (the tests package the binary they test).
+BUILDDIR   ?= build
+BUILD_DEPS ?= build
+
+# 0.1.0, and the commit when built from a git checkout.
+VERSION  ?= $(shell cat VERSION)$(shell git rev-parse --short HEAD 2>/dev/null | sed 's/^/+git/')
+DEB_ARCH ?= $(shell $(GO) env GOARCH)
+LDFLAGS  := -X main.version=$(VERSION)
+
+.PHONY: all deps build generate test demo bench clean man install uninstall deb
 
 all: build
 
 deps:
 	@scripts/deps.sh
 
+# Always regenerates the BPF objects (needs clang, llvm, bpftool: make deps).
 generate: deps
 	$(GO) generate ./...
 
-build: generate
-	$(GO) build -o $(BIN) ./cmd/mpsteer
+# Regenerates the BPF objects only where the toolchain is installed;
+# otherwise builds with the committed ones (and refuses when BPF sources
+# changed since the last commit, which only clang can compile).
+build:
+	@scripts/bpf-generate.sh
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mpsteer
 
 # As root, every privileged test must run: a skip is a failure there
 # (MPSTEER_REQUIRE_PRIVILEGED), so a broken setup cannot pass green.
-test: build
+test: deps build
 	MPSTEER_BIN=$(CURDIR)/$(BIN) $(if $(filter 0,$(shell id -u)),MPSTEER_REQUIRE_PRIVILEGED=1) $(GO) test -count=1 -timeout 30m ./...
 
-demo: build
+demo: deps build
 	$(BIN) lab run scenarios/demo.yaml --out $(OUT)/demo
 
-bench: build
+bench: deps build
 	$(BIN) bench --out $(OUT)/bench
 
-clean:
-	rm -rf bin
+# Manual pages, from the command tree (what --help says).
+man: $(BUILD_DEPS)
+	rm -rf $(BUILDDIR)/man
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) $(BIN) man --dir $(BUILDDIR)/man
+	gzip -9nf $(BUILDDIR)/man/*.8
 
-# Every Go fuzz target, FUZZTIME each (the seed corpora also run in `make
-# test`, as ordinary tests). A crash is written to the package's
-# testdata/fuzz/ and fails the run: commit it as a regression test.
-FUZZTIME ?= 30s
-fuzz: build
-	@set -e; for pkg in $$($(GO) list ./...); do \
-		for fz in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-			echo "fuzz: $$pkg $$fz ($(FUZZTIME))"; \
-			MPSTEER_BIN=$(CURDIR)/$(BIN) $(GO) test -run XXX -fuzz "^$$fz\$$" -fuzztime $(FUZZTIME) $$pkg; \
-		done; \
+install: $(BUILD_DEPS) man
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/mpsteer
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/mpsteer $(DESTDIR)$(SYSCONFDIR)/default
+	sed 's|@BINDIR@|$(BINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/systemd/mpsteer.service.in > $(DESTDIR)$(UNITDIR)/mpsteer.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/mpsteer.service
+	install -m 0644 $(BUILDDIR)/man/*.8.gz $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 LICENSE LICENSES/GPL-2.0-only.txt README.md docs/daemon.md docs/deploy.md $(DESTDIR)$(DOCDIR)/
+	@# A config already there is the operator's: never overwritten.
+	@for f in mpsteer/mpsteer.yaml:deploy/mpsteer.yaml default/mpsteer:deploy/default/mpsteer; do \
+		dst=$(DESTDIR)$(SYSCONFDIR)/$${f%%:*}; src=$${f#*:}; \
+		if [ -e "$$dst" ]; then echo "kept $$dst (yours; the default is $$src)"; \
+		else install -m 0644 "$$src" "$$dst"; echo "installed $$dst"; fi; \
 	done
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; \
+		echo "start it: systemctl enable --now mpsteer   (config: $(SYSCONFDIR)/mpsteer/mpsteer.yaml)"; fi
+
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now mpsteer.service 2>/dev/null || true; fi
+	rm -f $(DESTDIR)$(BINDIR)/mpsteer $(DESTDIR)$(UNITDIR)/mpsteer.service $(DESTDIR)$(MANDIR)/man8/mpsteer.8.gz $(DESTDIR)$(MANDIR)/man8/mpsteer-*.8.gz
+	rm -rf $(DESTDIR)$(DOCDIR)
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "kept $(DESTDIR)$(SYSCONFDIR)/mpsteer/ and $(DESTDIR)$(SYSCONFDIR)/default/mpsteer (your config; remove them by hand)"
+
+# A .deb of the files `make install` puts in place (PREFIX=/usr), built by
+# nfpm (tools/go.mod): build/mpsteer_VERSION_ARCH.deb.
+deb: $(BUILD_DEPS) man
+	rm -rf $(BUILDDIR)/deb-root
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(BUILDDIR))/deb-root PREFIX=/usr UNITDIR=/usr/lib/systemd/system BUILD_DEPS= BIN='$(BIN)' BUILDDIR='$(BUILDDIR)'
+	sed 's|@STAGE@|$(abspath $(BUILDDIR))/deb-root|g' deploy/nfpm.yaml > $(BUILDDIR)/nfpm.yaml
+	VERSION='$(VERSION)' ARCH='$(DEB_ARCH)' \
+		$(GO) tool -modfile=tools/go.mod nfpm package --config $(BUILDDIR)/nfpm.yaml --packager deb --target $(BUILDDIR)/
+
+clean:
+	rm -rf bin build

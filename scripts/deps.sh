@@ -2,10 +2,16 @@
 # Installs what mpsteer needs and is missing, idempotently: Debian packages
 # (clang/llvm for the BPF programs, libbpf headers, bpftool, iperf3,
 # iproute2, mptcpd and its plugins for the lab's userspace path-manager
-# variants) and the Go modules. A second run installs nothing.
+# variants; systemd for `systemd-analyze verify` of the unit, python3-venv
+# for the Kubernetes manifest validator), the Go modules (the program's and
+# the tools' in tools/go.mod: nfpm for `make deb`), and
+# kubernetes-validate from PyPI in .cache/venv (it ships the Kubernetes
+# JSON schemas, so validation works offline). A second run installs
+# nothing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates mptcpd mptcpd-plugins)
+pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates mptcpd mptcpd-plugins systemd python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,8 +27,22 @@ if ((${#missing[@]})); then
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The Go version is go.mod's: a go command from 1.21 on fetches that
+# toolchain by itself (GOTOOLCHAIN=auto, through the module proxy) when it
+# is older.
+gover=$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
 if ! command -v go >/dev/null; then
-	echo "deps: the Go toolchain (go 1.24 or newer) is not on PATH; install it from https://go.dev/dl/" >&2
+	echo "deps: the Go toolchain (go $gover, as go.mod says) is not on PATH; install it from https://go.dev/dl/" >&2
 	exit 1
 fi
 go mod download
+go mod download -modfile=tools/go.mod
+
+# kubernetes-validate, pinned: the tests validate deploy/kubernetes with it.
+kv=1.37.0
+venv=.cache/venv
+if [[ $("$venv/bin/kubernetes-validate" --version 2>/dev/null || true) != *"$kv"* ]]; then
+	echo "deps: installing kubernetes-validate $kv in $venv"
+	python3 -m venv "$venv"
+	"$venv/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$kv"
+fi

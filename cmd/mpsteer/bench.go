@@ -20,29 +20,36 @@ import (
 type benchmark struct {
 	name  string
 	about string
-	run   func(ctx context.Context) (any, error)
+	run   func(ctx context.Context, out string) (any, error)
 }
 
 var benchmarks = []benchmark{
-	{"lab-check", "link emulator accuracy (mpsteer lab check)", func(ctx context.Context) (any, error) {
+	{"lab-check", "link emulator accuracy (mpsteer lab check)", func(ctx context.Context, _ string) (any, error) {
 		return check.Run(ctx, check.Options{Progress: os.Stderr})
 	}},
-	{"observe", "cost of one inet_diag sample at 10, 1000 and 10000 subflows", func(ctx context.Context) (any, error) {
+	{"observe", "cost of one inet_diag sample at 10, 1000 and 10000 subflows", func(ctx context.Context, _ string) (any, error) {
 		return bench.Observe(ctx, []int{10, 1000, 10000}, progress)
 	}},
-	{"reaction", "daemon reaction: subflow established → backup flag applied", func(ctx context.Context) (any, error) {
+	{"reaction", "daemon reaction: subflow established → backup flag applied", func(ctx context.Context, _ string) (any, error) {
 		bin, err := os.Executable()
 		if err != nil {
 			return nil, err
 		}
 		return bench.Reaction(ctx, bin, 200, progress)
 	}},
-	{"datapath", "chains: ns per packet per selector/actor, goodput and CPU on a transfer, chain add → first packet", func(ctx context.Context) (any, error) {
+	{"datapath", "chains: ns per packet per selector/actor, goodput and CPU on a transfer, chain add → first packet", func(ctx context.Context, _ string) (any, error) {
 		bin, err := os.Executable()
 		if err != nil {
 			return nil, err
 		}
 		return bench.Datapath(ctx, bin, progress)
+	}},
+	{"twopath", "dynthresh against default MPTCP in two-path cases where both paths help (lab runs, ~5 min)", func(ctx context.Context, out string) (any, error) {
+		bin, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath"), progress)
 	}},
 }
 
@@ -82,7 +89,7 @@ func benchCmd() *cobra.Command {
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "bench: %s — %s\n", b.name, b.about)
-				res, err := b.run(ctx)
+				res, err := b.run(ctx, out)
 				if err != nil {
 					return fmt.Errorf("%s: %w", b.name, err)
 				}

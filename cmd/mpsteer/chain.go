@@ -106,7 +106,8 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	byID := func(use, short, op string, body func() any) *cobra.Command {
-		return &cobra.Command{
+		var asJSON bool
+		c := &cobra.Command{
 			Use:   use,
 			Short: short,
 			Args:  cobra.ExactArgs(1),
@@ -127,6 +128,9 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 				if err := client().Do(method, path, b, &out); err != nil {
 					return err
 				}
+				if asJSON {
+					return printJSON(chainOpResult(n, op, out))
+				}
 				switch op {
 				case "":
 					fmt.Printf("chain %d removed\n", n)
@@ -138,6 +142,8 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 				return nil
 			},
 		}
+		c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+		return c
 	}
 	del := byID("del ID", "Detach a chain", "", nil)
 	release := byID("release ID", "Put back the ADD_ADDR options a chain withheld", "release", nil)
@@ -154,6 +160,7 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 	move.PreRunE = func(cmd *cobra.Command, args []string) error { return checkPlacement(cmd, true) }
 
 	var name string
+	var loadJSON bool
 	load := &cobra.Command{
 		Use:   "load OBJ [--name NAME]",
 		Short: "Load a user's actor from a BPF object (checked by the verifier) for use in chains",
@@ -169,11 +176,15 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 			if err := client().Do(http.MethodPost, "/v1/actors", map[string]string{"file": file, "name": name}, nil); err != nil {
 				return err
 			}
+			if loadJSON {
+				return printJSON(map[string]string{"actor": name, "file": file})
+			}
 			fmt.Printf("actor %s loaded: use it as --act '%s(…)'\n", name, name)
 			return nil
 		},
 	}
 	load.Flags().StringVar(&name, "name", "", "actor name (default: the file name)")
+	load.Flags().BoolVar(&loadJSON, "json", false, "print the loaded actor as JSON")
 	c.AddCommand(add, list, del, release, replace, move, load)
 	return c
 }

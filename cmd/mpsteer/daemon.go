@@ -30,22 +30,27 @@ func socketFlag(c *cobra.Command, p *string) {
 
 func daemonCmd() *cobra.Command {
 	var config, socket string
+	var extra daemonFlags // daemonflags.go
 	c := &cobra.Command{
-		Use:   "daemon --config FILE [--socket PATH]",
+		Use:   "daemon --config FILE [--socket PATH] [--metrics ADDR]",
 		Short: "Run the policy daemon in the foreground (one per network namespace)",
+		Long:  daemonLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if os.Geteuid() != 0 {
-				return errors.New("the daemon needs root (path-manager netlink, BPF)")
+			// Root, or any user with the capabilities it needs (it names
+			// those missing).
+			if err := daemon.CheckCapabilities(); err != nil {
+				return err
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			return daemon.Run(ctx, daemon.Options{ConfigFile: config, Socket: socket})
+			return daemon.Run(ctx, extra.options(daemon.Options{ConfigFile: config, Socket: socket}))
 		},
 	}
 	c.Flags().StringVar(&config, "config", "", "YAML config (policies: [] is valid)")
 	c.MarkFlagRequired("config")
 	socketFlag(c, &socket)
+	extra.add(c)
 	return c
 }
 
@@ -84,6 +89,11 @@ func printStatus(st *api.Status) {
 		names = append(names, p.Name)
 	}
 	fmt.Printf("policies: %s\n", strings.Join(names, ", "))
+	for _, p := range st.Policies {
+		if p.Name == "spread" {
+			printSpreadStatus(p)
+		}
+	}
 	if len(st.Connections) == 0 {
 		fmt.Println("no MPTCP connections")
 	}
@@ -119,6 +129,7 @@ func printStatus(st *api.Status) {
 			if s.Cap != nil {
 				fmt.Printf("      %s: capped at %s — %s\n", s.Cap.Policy, s.Cap.Rate, s.Cap.Reason)
 			}
+			printSubflowHealth(s.Health)
 		}
 		if n := len(c.Actions); n > 0 {
 			fmt.Println("  subflows and addresses the policies changed:")
@@ -127,6 +138,7 @@ func printStatus(st *api.Status) {
 			}
 		}
 	}
+	printHealthStatus(st.Health)
 	if st.Reaction.Count > 0 {
 		fmt.Printf("reaction to new subflows: %d, median %.0f µs, p99 %.0f µs\n", st.Reaction.Count, st.Reaction.MedianUs, st.Reaction.P99Us)
 	}
@@ -140,7 +152,7 @@ func printStatus(st *api.Status) {
 
 func preferCmd() *cobra.Command {
 	var socket string
-	var clear bool
+	var clear, asJSON bool
 	c := &cobra.Command{
 		Use:   "prefer IFACE|ADDR... | --clear",
 		Short: "Set the user's path preference at run time (turns the prefer policy on)",
@@ -152,18 +164,23 @@ func preferCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(r)
+			}
 			fmt.Println(r.Message)
 			return nil
 		},
 	}
 	socketFlag(c, &socket)
 	c.Flags().BoolVar(&clear, "clear", false, "take the preference back")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the daemon's answer as JSON")
 	return c
 }
 
 func policyCmd() *cobra.Command {
 	c := &cobra.Command{Use: "policy", Short: "Manage the daemon's policies"}
 	var socket string
+	var applyJSON bool
 	apply := &cobra.Command{
 		Use:   "apply FILE",
 		Short: "Replace the daemon's policies with those of FILE, without touching live connections",
@@ -187,11 +204,15 @@ func policyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if applyJSON {
+				return printJSON(r)
+			}
 			fmt.Println(r.Message)
 			return nil
 		},
 	}
 	socketFlag(apply, &socket)
+	apply.Flags().BoolVar(&applyJSON, "json", false, "print the daemon's answer as JSON")
 	c.AddCommand(apply)
 	return c
 }

@@ -141,11 +141,37 @@ func printWorld(w *world.World) {
 		}
 		fmt.Println()
 	}
-	if n := len(w.CoreLinks); n > 0 {
+	if t := w.Tenants; t != nil {
+		printTenants(w)
+	} else if n := len(w.CoreLinks); n > 0 {
 		fmt.Printf("  core: %d links, spread %s (%s … %s)\n", n, w.Spread, w.CoreLinks[0].Name, w.CoreLinks[n-1].Name)
 	}
-	fmt.Printf("  run a command in a host: mpsteer lab exec %s client -- ss -tni\n", w.Name)
+	fmt.Printf("  run a command in a host: mpsteer lab exec %s %s -- ss -tni\n", w.Name, w.ClientRole())
 	fmt.Printf("  remove it: mpsteer lab down %s\n", w.Name)
+}
+
+// printTenants describes a tenants world: its links and VMs.
+func printTenants(w *world.World) {
+	t := w.Tenants
+	for i, l := range t.Links {
+		lp := w.Links[i]
+		def := ""
+		if i == 0 {
+			def = " [default route]"
+		}
+		fmt.Printf("  link %-8s %s %s — %s %s  %s→%s: %s %s, back: %s %s%s\n", l.Name, t.Hypervisors[0], l.A, t.Hypervisors[1], l.B,
+			t.Hypervisors[0], t.Hypervisors[1], lp.Up.Rate, lp.Up.Delay, lp.Down.Rate, lp.Down.Delay, def)
+	}
+	for _, v := range t.VMs {
+		role := ""
+		switch v.Name {
+		case t.Client:
+			role = fmt.Sprintf(" [measured client, %d subflows]", t.Subflows)
+		case t.Server:
+			role = " [measured server]"
+		}
+		fmt.Printf("  vm %-10s on %s (%s %s, gateway %s via %s)%s\n", v.Name, v.On, v.Dev, v.Addr, v.Gateway, v.HostDev, role)
+	}
 }
 
 func rateOf(p world.PathParams) string {
@@ -162,7 +188,7 @@ func printJSON(v any) error {
 }
 
 func labDownCmd() *cobra.Command {
-	var all bool
+	var all, asJSON bool
 	c := &cobra.Command{
 		Use:   "down NAME | --all",
 		Short: "Remove a lab (namespaces, emulator, state), also after a crash",
@@ -174,15 +200,23 @@ func labDownCmd() *cobra.Command {
 				if len(args) > 0 {
 					return errors.New("give either a name or --all")
 				}
-				return world.DownAll()
+				names, _ := world.List()
+				if err := world.DownAll(); err != nil {
+					return err
+				}
+				return printDown(asJSON, names)
 			}
 			if len(args) != 1 {
 				return errors.New("name the lab to remove, or use --all")
 			}
-			return world.DownByName(args[0])
+			if err := world.DownByName(args[0]); err != nil {
+				return err
+			}
+			return printDown(asJSON, args)
 		},
 	}
 	c.Flags().BoolVar(&all, "all", false, "remove every lab and every leftover mps-* namespace")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the labs removed as JSON")
 	return c
 }
 
@@ -245,6 +279,7 @@ func labExecCmd() *cobra.Command {
 
 func labSetCmd() *cobra.Command {
 	var dir string
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "set NAME PATH|CORELINK key=value...|down|up",
 		Short: "Change a path or a core link while traffic flows (rate=, delay=, jitter=, loss=, queue=, trace=; up.rate= for one direction)",
@@ -290,22 +325,34 @@ func labSetCmd() *cobra.Command {
 				return errors.New(msg)
 			}
 			if upDown {
-				_, err := world.Control(w.Dir, world.Request{Op: args[2], Link: link, Dir: d})
+				resp, err := world.Control(w.Dir, world.Request{Op: args[2], Link: link, Dir: d})
+				if err == nil && asJSON {
+					return printJSON(labSetResult(args[1], link, args[2], resp))
+				}
 				return err
 			}
+			var last *world.Response
 			for _, r := range reqs {
 				r.Link = link
 				resp, err := world.Control(w.Dir, r)
 				if err != nil {
 					return err
 				}
+				last = resp
+				if asJSON {
+					continue
+				}
 				st := resp.Links[link]
 				fmt.Printf("%s: up %s; down %s\n", args[1], st.Up.Params, st.Down.Params)
+			}
+			if asJSON {
+				return printJSON(labSetResult(args[1], link, "set", last))
 			}
 			return nil
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "both", "direction: both, up (client→server) or down")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the link's state afterwards as JSON")
 	return c
 }
 

@@ -16,6 +16,7 @@ func init() { extraLabCommands = append(extraLabCommands, labRunCmd) }
 
 func labRunCmd() *cobra.Command {
 	var out, name, variants string
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "run FILE",
 		Short: "Run every variant of a scenario in a fresh world and write results, plots and a report",
@@ -35,6 +36,9 @@ func labRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(labRunResult(res))
+			}
 			fmt.Println(report.Table(res.Summaries))
 			fmt.Printf("report: %s\nplots:  %s/compare.png and %s/<variant>/goodput.png\n", res.Report, res.Out, res.Out)
 			return nil
@@ -43,5 +47,6 @@ func labRunCmd() *cobra.Command {
 	c.Flags().StringVar(&out, "out", "", "output directory (default results/<scenario>)")
 	c.Flags().StringVar(&name, "name", "", "lab name while it runs (default run-<pid>)")
 	c.Flags().StringVar(&variants, "variants", "", "comma-separated variants to run (default: all)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON (output directory, report, every variant's figures)")
 	return c
 }

@@ -24,7 +24,7 @@ type sweepPoint struct {
 }
 
 func labSweepCmd() *cobra.Command {
-	var pattern, out, title, xlabel, defSeries string
+	var pattern, scenPattern, out, title, xlabel, defSeries string
 	c := &cobra.Command{
 		Use:   "sweep DIR... --variants REGEX --out FILE.png",
 		Short: "Plot goodput against a number in the variants' names (e.g. subflows per pair), one line per scenario and series; also writes FILE.csv",
@@ -34,7 +34,17 @@ func labSweepCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--variants: %w", err)
 			}
-			if re.SubexpIndex("x") < 0 {
+			// x from the scenario's name (one scenario per x, variants
+			// with fixed names: the series) or from the variant's.
+			var scenRE *regexp.Regexp
+			if scenPattern != "" {
+				if scenRE, err = regexp.Compile(scenPattern); err != nil {
+					return fmt.Errorf("--scenarios: %w", err)
+				}
+				if scenRE.SubexpIndex("x") < 0 {
+					return fmt.Errorf("--scenarios %q needs a group named x that captures the number, e.g. ^tenants-bg(?P<x>[0-9]+)$", scenPattern)
+				}
+			} else if re.SubexpIndex("x") < 0 {
 				return fmt.Errorf("--variants %q needs a group named x that captures the number, e.g. ^fullmesh-(?P<x>[0-9]+)(?P<series>-ecmp)?$", pattern)
 			}
 			rows, err := readRuns(args)
@@ -48,13 +58,25 @@ func labSweepCmd() *cobra.Command {
 					if m == nil {
 						continue
 					}
-					x, err := strconv.ParseFloat(m[re.SubexpIndex("x")], 64)
+					xs := ""
+					if scenRE != nil {
+						sm := scenRE.FindStringSubmatch(s.Scenario)
+						if sm == nil {
+							continue
+						}
+						xs = sm[scenRE.SubexpIndex("x")]
+					} else {
+						xs = m[re.SubexpIndex("x")]
+					}
+					x, err := strconv.ParseFloat(xs, 64)
 					if err != nil {
-						return fmt.Errorf("variant %s: %q is not a number", s.Variant, m[re.SubexpIndex("x")])
+						return fmt.Errorf("%s %s: %q is not a number", s.Scenario, s.Variant, xs)
 					}
 					series := ""
 					if i := re.SubexpIndex("series"); i >= 0 {
 						series = m[i]
+					} else if scenRE != nil {
+						series = s.Variant
 					}
 					if series == "" {
 						series = defSeries
@@ -68,7 +90,11 @@ func labSweepCmd() *cobra.Command {
 			byLine := map[string][]sweepPoint{}
 			var names []string
 			for _, p := range pts {
-				name := strings.TrimSpace(p.Scenario + " " + strings.Trim(p.Series, "-_"))
+				scen := p.Scenario
+				if scenRE != nil {
+					scen = "" // one line per series across the scenarios
+				}
+				name := strings.TrimSpace(scen + " " + strings.Trim(p.Series, "-_"))
 				if _, ok := byLine[name]; !ok {
 					names = append(names, name)
 				}
@@ -107,6 +133,7 @@ func labSweepCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&pattern, "variants", "", "regular expression over variant names, with a group x (the number) and optionally a group series")
+	c.Flags().StringVar(&scenPattern, "scenarios", "", "regular expression over scenario names with a group x: the number comes from the scenario's name instead, and each variant (or its series group) is a line")
 	c.Flags().StringVar(&out, "out", "sweep.png", "PNG file to write (a CSV beside it)")
 	c.Flags().StringVar(&title, "title", "goodput", "plot title")
 	c.Flags().StringVar(&xlabel, "xlabel", "x", "x axis label")

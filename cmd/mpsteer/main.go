@@ -21,6 +21,7 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "mpsteer",
 		Short:         "Steer Linux Multipath TCP with policies, and measure them in a lab",
+		Long:          rootLong, // version.go
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

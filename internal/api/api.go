@@ -63,6 +63,47 @@ type Status struct {
 	RTO         map[string]uint64 `json:"rto_max_program,omitempty"`
 	RateProgram map[string]uint64 `json:"rate_program,omitempty"`
 	Chains      json.RawMessage   `json:"chains,omitempty"`
+	// Health is the path-health reports' program (RAMPTCP), when in use.
+	Health *HealthStatus `json:"path_health,omitempty"`
+}
+
+// HealthStatus is the path-health reports' program and last-hop source.
+type HealthStatus struct {
+	// Report: this host reports its paths' health; Parse: it reads its
+	// peers' reports.
+	Report bool   `json:"report"`
+	Parse  bool   `json:"parse"`
+	Source string `json:"source,omitempty"` // transport, lab, wifi
+	Error  string `json:"error,omitempty"`
+	// SourceError is the last-hop source's last error.
+	SourceError string `json:"source_error,omitempty"`
+	// Program holds the program's counters: subflows, acks (pure ACKs
+	// that could carry a report), written (with every path), partial (not
+	// every path fitted), no_room, no_info, store_failed, segments, holes,
+	// duplicates, no_slot, parsed, entries, bad_entries, malformed.
+	Program map[string]uint64 `json:"program,omitempty"`
+	// FitPct is the share of the ACKs with something to report that
+	// carried a report.
+	FitPct *float64 `json:"fit_pct,omitempty"`
+	// Reactions counts the rounds decided because a report changed.
+	Reactions int `json:"reactions"`
+}
+
+// PathReport is a path-health report on a subflow's path: the last one
+// the peer sent (direction "received"), or the last hop this host
+// reports to its peer ("sent").
+type PathReport struct {
+	Direction  string    `json:"direction"`
+	LossPct    *float64  `json:"loss_pct,omitempty"`
+	LastHopPct *float64  `json:"last_hop_pct,omitempty"`
+	At         time.Time `json:"at"`
+	AgeMs      float64   `json:"age_ms"`
+	Reports    uint32    `json:"reports,omitempty"`
+	// Via is the subflow a received report came on ("local id→remote id").
+	Via string `json:"via,omitempty"`
+	// Iface and Detail: the last hop a sent report describes.
+	Iface  string `json:"iface,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // PolicyStatus is one policy and its own explanation of its state (each
@@ -106,6 +147,8 @@ type SubflowStatus struct {
 	Decision     *Decision `json:"decision,omitempty"`
 	// Cap is the rate cap a policy set on the subflow, if any.
 	Cap *Cap `json:"cap,omitempty"`
+	// Health is the path-health report on the subflow's path, if any.
+	Health *PathReport `json:"health,omitempty"`
 }
 
 // Cap is a policy's rate cap on a subflow.

@@ -9,8 +9,11 @@ import (
 	"net/netip"
 	"os"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
@@ -27,6 +30,7 @@ type DatapathResult struct {
 	*PerPacketResult
 	Transfer *TransferResult `json:"transfer"`
 	Control  *ControlResult  `json:"control"`
+	Load     *LoadResult     `json:"load"`
 }
 
 // Datapath runs the three parts; binary is the mpsteer executable (the
@@ -46,6 +50,10 @@ func Datapath(ctx context.Context, binary string, progress func(string)) (*Datap
 	if r.Control, err = Control(ctx, binary, 50); err != nil {
 		return nil, fmt.Errorf("control: %w", err)
 	}
+	progress("datapath: time to load (verify) chains of 1 to 32 steps")
+	if r.Load, err = Load(ctx, 5); err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
 	return &r, nil
 }
 
@@ -58,8 +66,12 @@ type OpCost struct {
 	Expr        string     `json:"expr"`
 	NsPerPacket float64    `json:"ns_per_packet"`
 	RoundsNs    [2]float64 `json:"rounds_min_max_ns"`
-	Method      string     `json:"method"`
-	Counters    counters   `json:"counters"`
+	// RatioToNoop is NsPerPacket over the cost of a program that only
+	// returns, timed in the same rounds by the same kernel timer
+	// (noop_ns): the median over rounds of the per-round ratio.
+	RatioToNoop float64  `json:"ratio_to_noop"`
+	Method      string   `json:"method"`
+	Counters    counters `json:"counters"`
 }
 
 // ChainCost is the cost of a whole chain, entry included.
@@ -69,6 +81,7 @@ type ChainCost struct {
 	Act         string     `json:"act"`
 	NsPerPacket float64    `json:"ns_per_packet"`
 	RoundsNs    [2]float64 `json:"rounds_min_max_ns"`
+	RatioToNoop float64    `json:"ratio_to_noop"`
 	Counters    counters   `json:"counters"`
 }
 
@@ -88,10 +101,21 @@ type PerPacketResult struct {
 	SingleRunsPerRound int         `json:"single_runs_per_round"`
 	Ops                []OpCost    `json:"ops"`
 	Chains             []ChainCost `json:"chains"`
-	TargetOpNs         float64     `json:"target_op_ns"`
-	TargetChain8Ns     float64     `json:"target_chain_of_8_ns"`
-	PaperSetBackupNs   [2]float64  `json:"emptcp_paper_set_backup_chain_ns"`
-	Setup              string      `json:"setup"`
+	// NoopNs is what a program that only returns costs per packet, timed
+	// like the read-only chains (the kernel's repeat loop, same packet),
+	// in every round next to them: the unit of every ratio_to_noop.
+	// NoopSingleRunNs is the same program timed one run per call (what
+	// the packet-changing chains are timed with before the count chain
+	// timed the same way is subtracted); for reference.
+	NoopNs            float64    `json:"noop_ns"`
+	NoopRoundsNs      [2]float64 `json:"noop_rounds_min_max_ns"`
+	NoopSingleRunNs   float64    `json:"noop_single_run_ns"`
+	TargetOpRatio     float64    `json:"target_op_ratio_to_noop"`
+	TargetChain8Ratio float64    `json:"target_chain_of_8_ratio_to_noop"`
+	TargetOpNs        float64    `json:"target_op_ns"`
+	TargetChain8Ns    float64    `json:"target_chain_of_8_ns"`
+	PaperSetBackupNs  [2]float64 `json:"emptcp_paper_set_backup_chain_ns"`
+	Setup             string     `json:"setup"`
 }
 
 // variant is one chain under measurement.
@@ -169,6 +193,15 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 			"chain/backup":  {sel: "type(data-ack)", act: "set_backup", pkt: ack, single: true},
 			"chain/backup8": {sel: tuple + " " + all, act: "mark(mark=7) clamp_rwnd(64KiB) set_backup count", pkt: ack, single: true},
 		}
+		// The unit: a program that only returns, timed the same ways.
+		noopProg, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}}) // TCX_NEXT
+		if err != nil {
+			return err
+		}
+		defer noopProg.Close()
+		noop := &variant{pkt: ack, prog: noopProg}
+		noop1 := &variant{pkt: ack, prog: noopProg, single: true}
 		names := make([]string, 0, len(v))
 		for name, x := range v {
 			id, prog, err := m.AddDetached(x.sel, x.act)
@@ -200,20 +233,35 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 				}
 				x.ns = append(x.ns, mean)
 			}
+			for _, x := range []*variant{noop, noop1} {
+				mean, err := timeChain(x, repeat, single)
+				if err != nil {
+					return fmt.Errorf("noop: %w", err)
+				}
+				x.ns = append(x.ns, mean)
+			}
 		}
+		v["noop"], v["noop/1"] = noop, noop1
 		res = &PerPacketResult{Rounds: rounds, RunsPerRound: repeat, SingleRunsPerRound: single,
 			TargetOpNs: 100, TargetChain8Ns: 300, PaperSetBackupNs: [2]float64{640, 900},
-			Setup: fmt.Sprintf("BPF_PROG_TEST_RUN in a namespace with an MPTCP connection over loopback; packet: IPv4 ACK %s → %s with timestamps and DSS data-ack (ADD_ADDR added for strip_add_addr); times from the kernel's own timer", srv, cli)}
+			TargetOpRatio: 1.5, TargetChain8Ratio: 3,
+			Setup: fmt.Sprintf("BPF_PROG_TEST_RUN in a namespace with an MPTCP connection over loopback; packet: IPv4 ACK %s → %s with timestamps and DSS data-ack (ADD_ADDR added for strip_add_addr); read-only chains: the kernel's repeat loop, timed around the call; packet-changing chains: one run per call, the kernel's own time of it; ratio_to_noop: over a program that only returns, timed in the same rounds (noop_ns)", srv, cli)}
 		return derive(res, v, m)
 	})
 	return res, err
 }
 
-// timeChain returns the mean kernel time of one run of the chain.
+// timeChain returns the mean time of one run of the chain. Read-only
+// chains: the kernel's repeat loop, timed around the call (the kernel's
+// own mean is in whole nanoseconds, too coarse for ratios of ~20 ns; the
+// call's fixed cost, a few µs, adds well under 0.1 ns per run).
+// Packet-changing chains: one run per call, the kernel's time of that run,
+// averaged over the calls.
 func timeChain(x *variant, repeat, single int) (float64, error) {
 	if !x.single {
-		_, d, err := x.prog.Benchmark(x.pkt, repeat, nil)
-		return float64(d.Nanoseconds()), err
+		t0 := time.Now()
+		_, _, err := x.prog.Benchmark(x.pkt, repeat, nil)
+		return float64(time.Since(t0).Nanoseconds()) / float64(repeat), err
 	}
 	var sum float64
 	for i := 0; i < single; i++ {
@@ -242,6 +290,13 @@ func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) er
 	}
 	t := func(name string, r int) float64 { return v[name].ns[r] }
 	count := func(r int) float64 { return t("count2", r) - t("count", r) }
+	res.NoopNs, res.NoopRoundsNs = per(func(r int) float64 { return t("noop", r) })
+	res.NoopSingleRunNs, _ = per(func(r int) float64 { return t("noop/1", r) })
+	// ratio: the median over rounds of f(r) / noop(r).
+	ratio := func(f func(r int) float64) float64 {
+		q, _ := per(func(r int) float64 { return f(r) / t("noop", r) })
+		return q
+	}
 	did := func(name string) (counters, error) {
 		x := v[name]
 		st, err := m.Status(x.id)
@@ -262,6 +317,7 @@ func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) er
 			o.Method = "one run per call, minus a count chain timed the same way"
 		}
 		o.NsPerPacket, o.RoundsNs = per(f)
+		o.RatioToNoop = ratio(f)
 		res.Ops = append(res.Ops, o)
 		return nil
 	}
@@ -277,7 +333,7 @@ func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) er
 		name, kind, label, effect string
 		f                         func(int) float64
 	}{
-		{"count", "entry", "entry (parse, chain lookup, first tail call)", "", func(r int) float64 { return t("count", r) - count(r) }},
+		{"count", "entry", "entry (the chain's program: run it, parse IP and TCP)", "", func(r int) float64 { return t("count", r) - count(r) }},
 		{"tuple", "selector", "tuple", "", sel("tuple")},
 		{"prefix", "selector", "src/dst prefix", "", sel("prefix")},
 		{"seq", "selector", "seq", "", sel("seq")},
@@ -321,14 +377,100 @@ func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) er
 			return err
 		}
 		cc := ChainCost{Length: len(prog.Steps), Select: x.sel, Act: x.act, Counters: c}
+		f := func(r int) float64 { return t(name, r) }
 		if x.single {
-			cc.NsPerPacket, cc.RoundsNs = per(func(r int) float64 { return t(name, r) - t("count/1", r) + t("count", r) })
-		} else {
-			cc.NsPerPacket, cc.RoundsNs = per(func(r int) float64 { return t(name, r) })
+			f = func(r int) float64 { return t(name, r) - t("count/1", r) + t("count", r) }
 		}
+		cc.NsPerPacket, cc.RoundsNs = per(f)
+		cc.RatioToNoop = ratio(f)
 		res.Chains = append(res.Chains, cc)
 	}
 	return nil
+}
+
+// ---- load ---------------------------------------------------------------------
+
+// LoadResult is what it takes to add a chain: building and verifying its
+// program (or, with per-step programs, its entry), per chain length.
+type LoadResult struct {
+	Samples int         `json:"samples"`
+	Chains  []LoadChain `json:"chains"`
+	Setup   string      `json:"setup"`
+}
+
+// LoadChain is one chain's load time.
+type LoadChain struct {
+	Length   int     `json:"length"`
+	Select   string  `json:"select"`
+	Act      string  `json:"act"`
+	MedianMs float64 `json:"median_ms"`
+	MaxMs    float64 `json:"max_ms"`
+	// What the kernel reports about the loaded program (0: unknown).
+	VerifiedInsns uint32 `json:"verified_insns,omitempty"`
+	XlatedInsns   int    `json:"xlated_insns,omitempty"`
+	JitedBytes    uint32 `json:"jited_bytes,omitempty"`
+}
+
+// LoadChains are chains of 1 to 32 steps that use every built-in selector
+// and actor: the load-time cases.
+func LoadChains() []struct{ Select, Act string } {
+	sels := []string{"tuple(src=10.1.0.1:5000, dst=10.1.0.2:80)", "pair(10.1.0.1, 10.1.0.2)", "src(10.0.0.0/8)",
+		"dst(fd00::/16)", "seq(0, 4294967296)", "dseq(0, 100000)", "type(data|data-ack)", "not type(add-addr)"}
+	acts := []string{"mark(mark=7, classid=1:10)", "count", "clamp_rwnd(64KiB)", "set_backup", "clamp_rwnd(10mbit, egress)",
+		"clear_backup(force)", "strip_add_addr", "count", "drop"}
+	return []struct{ Select, Act string }{
+		{"", "count"},
+		{sels[0], "count"},
+		{sels[0], "mark(mark=7) clamp_rwnd(64KiB) count"},
+		{strings.Join(sels[:4], " and "), "mark(mark=7) clamp_rwnd(64KiB) set_backup count"},
+		{strings.Join(sels, " and "), strings.Join(acts[:8], " ")},
+		{strings.Join(sels, " and ") + " or " + strings.Join(sels, " and ") + " or " + strings.Join(sels[:7], " and "),
+			strings.Join(acts, " ")},
+	}
+}
+
+// Load times Manager.AddDetached (compile, build, load and verify) for
+// chains of growing length, n times each.
+func Load(ctx context.Context, n int) (*LoadResult, error) {
+	m, err := datapath.NewManager()
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	res := &LoadResult{Samples: n, Setup: "Manager.AddDetached (compile, load, verify; no attach), then Del; the kernel's verified, translated and JIT-compiled sizes of the chain's program"}
+	for _, c := range LoadChains() {
+		prog, err := datapath.Compile(c.Select, c.Act, nil)
+		if err != nil {
+			return nil, err
+		}
+		lc := LoadChain{Length: len(prog.Steps), Select: c.Select, Act: c.Act}
+		var ds []time.Duration
+		for i := 0; i < n && ctx.Err() == nil; i++ {
+			t0 := time.Now()
+			id, p, err := m.AddDetached(c.Select, c.Act)
+			ds = append(ds, time.Since(t0))
+			if err != nil {
+				return nil, fmt.Errorf("%d steps: %w", lc.Length, err)
+			}
+			if i == 0 {
+				if info, err := p.Info(); err == nil {
+					lc.VerifiedInsns, _ = info.VerifiedInstructions()
+					if insns, err := info.Instructions(); err == nil {
+						lc.XlatedInsns = len(insns)
+					}
+					lc.JitedBytes, _ = info.JitedSize()
+				}
+			}
+			m.Del(id)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		q := stats.Durations(ds, 0.5, 1)
+		lc.MedianMs, lc.MaxMs = float64(q[0])/1e6, float64(q[1])/1e6
+		res.Chains = append(res.Chains, lc)
+	}
+	return res, nil
 }
 
 // loopbackMPTCP opens an MPTCP connection over loopback in the current

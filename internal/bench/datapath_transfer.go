@@ -47,9 +47,14 @@ type TransferResult struct {
 	// run-time statistics) during the rounds with chains, against the
 	// machine's busy CPU time in those rounds: the precise figure, where
 	// the difference of the two /proc/stat figures above is within noise.
-	ChainCPUSec  float64 `json:"chain_cpu_s"`
-	BusyCPUSecOn float64 `json:"busy_cpu_s_with_chains"`
-	ChainCPUPct  float64 `json:"chain_cpu_pct_of_busy"`
+	ChainCPUSec float64 `json:"chain_cpu_s"`
+	// The same per GB moved in those rounds: the chains' own cost, which
+	// other work on the machine does not inflate the way it inflates
+	// busy_cpu_s_with_chains (compare it with cpu_s_per_gb_* measured on
+	// a quiet machine).
+	ChainCPUSecPerGB float64 `json:"chain_cpu_s_per_gb"`
+	BusyCPUSecOn     float64 `json:"busy_cpu_s_with_chains"`
+	ChainCPUPct      float64 `json:"chain_cpu_pct_of_busy"`
 	// The same time against the machine's capacity (all CPUs for the
 	// rounds' wall time): the paper's "extra CPU usage".
 	ChainCPUPctCapacity float64 `json:"chain_cpu_pct_of_capacity"`
@@ -57,7 +62,12 @@ type TransferResult struct {
 	// The same figure for a program that only returns, at the same
 	// hooks during the rounds without chains: the floor any TC program
 	// pays per packet here (at these packet rates caches are cold).
-	NoopNsPerPacket   float64  `json:"noop_program_ns_per_packet_live"`
+	NoopNsPerPacket float64 `json:"noop_program_ns_per_packet_live"`
+	// The program that only returns, per GB moved in its rounds.
+	NoopCPUSecPerGB float64 `json:"noop_program_cpu_s_per_gb"`
+	// ChainNsPerPacket / NoopNsPerPacket, both from the same run.
+	ChainRatioToNoop  float64  `json:"chain_ratio_to_noop_live"`
+	TargetChainCPUPct float64  `json:"target_chain_cpu_pct_of_busy"`
 	ChainPackets      uint64   `json:"packets_through_chains"`
 	Chains            []string `json:"chains"`
 	TargetRatio       float64  `json:"target_goodput_ratio"`
@@ -155,7 +165,7 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 		return nil, err
 	}
 	defer m.Close()
-	res := &TransferResult{Rounds: rounds, SecondsPerRound: seconds, TargetRatio: 0.99, TargetCPUAddedPct: 1,
+	res := &TransferResult{Rounds: rounds, SecondsPerRound: seconds, TargetRatio: 0.99, TargetCPUAddedPct: 1, TargetChainCPUPct: 1,
 		Setup: fmt.Sprintf("MPTCP uploads over two veth links per world, each shaped to %d Mbit/s by TBF on the client (unshaped MPTCP over veth swings 2-20 Gbit/s between runs on this kernel), 2 subflows; chains on ingress and egress of both client devices", linkRate/1_000_000)}
 	for i := 1; i <= 2; i++ {
 		for _, hook := range []string{"ingress", "egress"} {
@@ -260,6 +270,7 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 	res.CPUSecPerGBOff, res.CPUSecPerGBOn = cpuOff/(bytesOff/1e9), cpuOn/(bytesOn/1e9)
 	res.CPUAddedPct = (res.CPUSecPerGBOn/res.CPUSecPerGBOff - 1) * 100
 	res.ChainCPUSec, res.BusyCPUSecOn = chainCPU.Seconds(), cpuOn
+	res.ChainCPUSecPerGB = chainCPU.Seconds() / (bytesOn / 1e9)
 	res.ChainCPUPct = chainCPU.Seconds() / cpuOn * 100
 	res.ChainCPUPctCapacity = chainCPU.Seconds() / (wallOn.Seconds() * float64(runtime.NumCPU())) * 100
 	if chainPackets > 0 {
@@ -267,6 +278,10 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 	}
 	if noopPackets > 0 {
 		res.NoopNsPerPacket = float64(noopCPU.Nanoseconds()) / float64(noopPackets)
+	}
+	res.NoopCPUSecPerGB = noopCPU.Seconds() / (bytesOff / 1e9)
+	if res.NoopNsPerPacket > 0 {
+		res.ChainRatioToNoop = res.ChainNsPerPacket / res.NoopNsPerPacket
 	}
 	return res, nil
 }

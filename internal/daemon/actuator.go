@@ -56,6 +56,10 @@ type backupActuator interface {
 type endpointActuator struct {
 	c     *pm.Client
 	state *stateFile
+	// joinBackup: a policy wants new subflows to join as backup (see
+	// policy.Requirements.JoinBackup): endpoints that open subflows are
+	// kept backup while no decision wants their address usable.
+	joinBackup bool
 }
 
 func (a *endpointActuator) Mode() string { return "endpoint" }
@@ -138,9 +142,33 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 		act.Policy, act.Reason = who[addr], why
 		acts = append(acts, act)
 	}
+	// Endpoints that open subflows, with no decision on their address:
+	// backup while a policy wants joins as backup (an MP_JOIN from a
+	// backup endpoint carries the B bit: the subflow carries nothing until
+	// a decision makes its address usable).
+	joining := map[netip.Addr]bool{}
+	if a.joinBackup && full {
+		for _, e := range eps {
+			if _, decided := want[e.Addr]; decided || e.Flags&pm.FlagSubflow == 0 {
+				continue
+			}
+			if _, owned := a.state.ownedID(e.Addr); owned {
+				continue
+			}
+			joining[e.Addr] = true
+			if e.Flags&pm.FlagBackup != 0 {
+				continue
+			}
+			a.state.changed(e.Addr, e.Flags)
+			err := a.c.SetEndpointFlags(pm.Endpoint{ID: e.ID, Addr: e.Addr, Flags: e.Flags | pm.FlagBackup})
+			act := backupRecord("endpoint "+e.Addr.String(), 0, true, err)
+			act.Reason = "new subflows join as backup until a policy lets them carry"
+			acts = append(acts, act)
+		}
+	}
 	// Addresses nobody decides on any more go back to how they were.
 	for _, addr := range a.state.addrs() {
-		if _, decided := want[addr]; !decided && full {
+		if _, decided := want[addr]; !decided && full && !joining[addr] {
 			acts = append(acts, a.restoreAddr(addr, byAddr)...)
 		}
 	}

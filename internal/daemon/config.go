@@ -28,6 +28,9 @@ type Config struct {
 	// keeps a running policy (and its state) whose entry did not change.
 	policyKeys []string
 	Chains     []ChainEntry
+	// ReportHealth: this host reports its paths' health to its peers
+	// (health.go); nil when it does not.
+	ReportHealth *ReportHealthConfig
 }
 
 // ChainEntry is a chain the config declares, with where it was declared
@@ -63,7 +66,9 @@ func parseConfigMap(m *yamlcfg.Map, env policy.Env) *Config {
 	if cfg.Persist != "" && !filepath.IsAbs(cfg.Persist) {
 		m.Errorf("persist", "%q is not an absolute path (e.g. /sys/fs/bpf/mpsteer)", cfg.Persist)
 	}
+	cfg.ReportHealth = parseReportHealth(m) // health.go
 	seen := map[string]bool{}
+	cfg.addMode(m, env, seen) // presets.go: the mode section, as policies
 	for _, it := range m.List("policies") {
 		if it.Map == nil {
 			m.ErrorAt(it.Node, it.Path, "a policy is a mapping with a name, e.g. {name: prefer, paths: [wifi]}")

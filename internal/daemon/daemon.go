@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/bpfutil"
 	"mpsteer/internal/datapath"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
+	"mpsteer/internal/sockops"
 )
 
 // Options tune Run.
@@ -30,6 +32,10 @@ type Options struct {
 	Socket     string
 	StateDir   string // default /run/mpsteer
 	Log        io.Writer
+	// MetricsAddr serves Prometheus metrics at /metrics (metrics.go).
+	MetricsAddr string
+	// NoWatch: do not reload the config when its file changes (watch.go).
+	NoWatch bool
 }
 
 // Daemon is one running instance (one per network namespace).
@@ -53,13 +59,20 @@ type Daemon struct {
 	rates   *rateActuator
 	life    *lifecycleActuator
 	pmMode  string
-	rto     *datapath.RTOCapper
+	rto     *sockops.RTOCapper
 	rtoErr  string
 	dp      *datapath.Manager
 	// configChains are the chains the config declared, as attached.
 	configChains []configChain
 	cookie       uint64
 	netns        string
+	// spread is the spread policy's datapath, when installed (spread.go).
+	spread *spreadState
+	// health is the path-health reports' program and source (health.go).
+	health *healthState
+	// ops: metrics, monitor stream, systemd notification, config watch
+	// (ops.go); nil in unit tests.
+	ops *ops
 
 	// What the last round saw and decided.
 	lastSubflows []observe.Subflow // every state
@@ -103,6 +116,11 @@ func Run(ctx context.Context, o Options) error {
 		engine: &policy.Engine{Policies: cfg.Policies}, intervalChanged: make(chan struct{}, 1),
 		tracker: observe.NewTracker(), connActions: map[uint32][]api.ActionRecord{}, warned: map[string]bool{},
 		pmMode: pathManager()}
+	d.ops = newOps(d, o)
+	if err := d.ops.start(); err != nil {
+		return err
+	}
+	defer d.ops.close()
 	if d.pmc, err = pm.Dial(pm.Options{}); err != nil {
 		return err
 	}
@@ -117,7 +135,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer events.Close()
-	if d.cookie, err = datapath.NetNSCookie(); err != nil {
+	if d.cookie, err = bpfutil.NetNSCookie(); err != nil {
 		return err
 	}
 	d.netns = netnsName()
@@ -142,10 +160,23 @@ func Run(ctx context.Context, o Options) error {
 		srv.Close()
 		os.Remove(o.Socket)
 	}()
+	// The spread policy's rules and routes, once this is the namespace's
+	// only daemon (the socket says so).
+	d.mu.Lock()
+	_, err = d.reconcileSpread(cfg)
+	d.mu.Unlock()
+	if err != nil {
+		if d.dp != nil {
+			d.dp.Close()
+		}
+		d.record(d.act.Restore()...)
+		return err
+	}
 	d.log.Printf("running in netns %s: %d polic%s, %s path manager, backup via %s, every %v, socket %s", d.netns, len(cfg.Policies),
 		plural(len(cfg.Policies), "y", "ies"), d.pmMode, d.act.Mode(), cfg.Interval, o.Socket)
 
 	go d.eventLoop(events)
+	d.ops.started(ctx) // config watch, systemd's READY=1
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -154,10 +185,12 @@ func Run(ctx context.Context, o Options) error {
 	d.mu.Lock()
 	d.syncRequirements() // before any subflow is decided on
 	d.mu.Unlock()
+	go d.healthLoop(ctx) // path-health reports (health.go)
 	d.tick()
 	for {
 		select {
 		case <-ctx.Done():
+			d.ops.stopping()
 			d.shutdown()
 			return nil
 		case <-tick.C:
@@ -169,15 +202,9 @@ func Run(ctx context.Context, o Options) error {
 			tick.Reset(iv)
 		case <-hup:
 			// The file the daemon runs now: --config, or the last one
-			// `policy apply` sent.
-			d.mu.Lock()
-			file := d.cfg.File
-			d.mu.Unlock()
-			if msg, err := d.reload(file, nil); err != nil {
-				d.log.Printf("SIGHUP: config not applied, the old one stays: %v", err)
-			} else {
-				d.log.Printf("SIGHUP: %s", msg)
-			}
+			// `policy apply` sent; a change of the file does the same
+			// (ops.go, watch.go).
+			d.reloadConfig("SIGHUP")
 		}
 	}
 }
@@ -219,9 +246,11 @@ func (d *Daemon) chooseActuator(via string, state *stateFile) backupActuator {
 }
 
 func (d *Daemon) tick() {
+	defer d.ops.roundDone(time.Now())
 	sfs, err := d.sampler.Subflows()
 	if err != nil {
 		d.log.Printf("sample: %v", err)
+		d.ops.sampleError()
 		return
 	}
 	conns := map[uint32]observe.Conn{}
@@ -299,7 +328,11 @@ func outcomeRecord(o policy.Outcome) api.ActionRecord {
 // policies require.
 func (d *Daemon) syncRequirements() {
 	req := d.engine.Requirements()
-	if req.Limits {
+	d.syncHealth(req) // health.go
+	if ea, ok := d.act.(*endpointActuator); ok {
+		ea.joinBackup = req.JoinBackup
+	}
+	if req.Limits && d.rates != nil {
 		if err := d.rates.Ready(); err != nil {
 			d.log.Printf("rate caps cannot be set by pacing: %v", err)
 		}
@@ -312,7 +345,7 @@ func (d *Daemon) syncRequirements() {
 		if d.rtoErr != "" {
 			return // tried and failed; said so once
 		}
-		r, err := datapath.NewRTOCapper(d.cookie)
+		r, err := sockops.NewRTOCapper(d.cookie)
 		if err != nil {
 			d.rtoErr = err.Error()
 			d.log.Printf("rto_max is not enforced: %v", err)
@@ -329,6 +362,7 @@ func (d *Daemon) record(acts ...api.ActionRecord) {
 	for _, a := range acts {
 		d.log.Print(a.String())
 	}
+	d.ops.recorded(acts) // metrics, monitor
 	d.actions = append(d.actions, acts...)
 	if n := len(d.actions); n > 100 {
 		d.actions = d.actions[n-100:]
@@ -346,6 +380,7 @@ func (d *Daemon) eventLoop(l *pm.EventListener) {
 			continue
 		}
 		for _, ev := range evs {
+			d.ops.event(ev) // metrics, monitor
 			d.tracker.Handle(ev)
 			d.react(ev)
 		}
@@ -456,8 +491,13 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	if cfg.Persist != d.cfg.Persist && d.dp != nil {
 		return "", fmt.Errorf("%s: persist: %q cannot change while the daemon runs (it is %q; restart the daemon to change it)", file, cfg.Persist, d.cfg.Persist)
 	}
+	spreadRollback, err := d.reconcileSpread(cfg)
+	if err != nil {
+		return "", err
+	}
 	warnings, err := d.reconcileChains(cfg)
 	if err != nil {
+		spreadRollback()
 		return "", err
 	}
 	// Nothing below can fail.
@@ -577,5 +617,7 @@ func (d *Daemon) shutdown() {
 	if d.dp != nil {
 		d.dp.Close() // every chain detached: packets flow untouched
 	}
+	d.closeSpread()
+	d.closeHealth()
 	d.log.Printf("stopped; changes undone")
 }

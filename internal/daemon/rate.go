@@ -10,6 +10,7 @@ import (
 	"mpsteer/internal/datapath"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/policy"
+	"mpsteer/internal/sockops"
 	"mpsteer/internal/units"
 )
 
@@ -28,7 +29,7 @@ const (
 type rateActuator struct {
 	via    string
 	cookie uint64
-	pacer  *datapath.Pacer
+	pacer  *sockops.Pacer
 	err    string // the pacer could not be loaded: said once
 	dp     func() (*datapath.Manager, error)
 	chains map[policy.SubflowID]uint32 // rwnd: one chain per capped subflow
@@ -50,7 +51,7 @@ func (a *rateActuator) Ready() error {
 	if a.via != RatePacing || a.pacer != nil || a.err != "" {
 		return nil
 	}
-	p, err := datapath.NewPacer(a.cookie)
+	p, err := sockops.NewPacer(a.cookie)
 	if err != nil {
 		a.err = err.Error()
 		return err
@@ -103,7 +104,7 @@ func (a *rateActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []obser
 			}
 		}
 		if a.pacer != nil {
-			a.pacer.Forget(func(sf datapath.Subflow4) bool { return live[policy.SubflowID{Local: sf.Local, Remote: sf.Remote}] })
+			a.pacer.Forget(func(sf sockops.Subflow4) bool { return live[policy.SubflowID{Local: sf.Local, Remote: sf.Remote}] })
 		}
 	}
 	return out
@@ -118,14 +119,14 @@ func (a *rateActuator) set(id policy.SubflowID, r units.Rate) error {
 			}
 			return fmt.Errorf("the rate program was not loaded before the subflow was established (the policy that caps rates came with a reload)")
 		}
-		want := map[datapath.Subflow4]uint64{}
+		want := map[sockops.Subflow4]uint64{}
 		for oid, st := range a.caps {
-			want[datapath.Subflow4(oid)] = uint64(st.rate.BytesPerSecond())
+			want[sockops.Subflow4(oid)] = uint64(st.rate.BytesPerSecond())
 		}
 		if r > 0 {
-			want[datapath.Subflow4(id)] = uint64(r.BytesPerSecond())
+			want[sockops.Subflow4(id)] = uint64(r.BytesPerSecond())
 		} else {
-			delete(want, datapath.Subflow4(id))
+			delete(want, sockops.Subflow4(id))
 		}
 		return a.pacer.Set(want)
 	}

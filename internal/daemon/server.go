@@ -38,18 +38,19 @@ func peerCred(c net.Conn) *unix.Ucred {
 	return cred
 }
 
-// rootOnly answers only root: the socket's mode already says so, the peer
-// credentials make sure. Anyone else gets a 403 that says why, rather
+// rootOnly answers only root (and the daemon's own user, when it runs
+// as another user with capabilities; see peerAllowed): the socket's mode
+// already says so, the peer credentials make sure. Anyone else gets a 403 that says why, rather
 // than a closed connection.
 func rootOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cred, _ := r.Context().Value(peerKey{}).(*unix.Ucred)
-		if cred == nil || cred.Uid != 0 {
+		if cred == nil || !peerAllowed(cred.Uid) {
 			who := "unknown peer"
 			if cred != nil {
 				who = fmt.Sprintf("uid %d", cred.Uid)
 			}
-			writeJSON(w, http.StatusForbidden, api.Reply{Error: fmt.Sprintf("the mpsteer daemon answers root only (this request came from %s): run the command as root", who)})
+			writeJSON(w, http.StatusForbidden, api.Reply{Error: peerRefusal(who)})
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -105,6 +106,7 @@ func (d *Daemon) serve(socket string) (*http.Server, error) {
 			return
 		}
 		msg, err := d.reload(req.File, []byte(req.Config))
+		d.ops.reloaded("policy apply", msg, err) // metrics, monitor
 		if err != nil {
 			writeErr(w, err)
 			return

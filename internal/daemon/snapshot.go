@@ -107,6 +107,7 @@ func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32
 			} else {
 				c.ServerSide = guessServerSide(c.Local, c.Remote)
 			}
+			c.Health = d.healthOf(tok) // the peer's path-health reports (health.go)
 			// Data acknowledged or received at the connection level:
 			// fully established, whether or not its event was seen.
 			c.Established = c.Established || c.BytesAcked > 0 || c.BytesRecv > 0

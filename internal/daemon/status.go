@@ -62,6 +62,7 @@ func (d *Daemon) Status() api.Status {
 		if dec, ok := d.lastPlan.Backup[policy.ID(sf)]; ok {
 			ss.Decision = &api.Decision{Policy: dec.Policy, Backup: dec.Backup, Reason: dec.Reason}
 		}
+		ss.Health = d.subflowHealth(sf, time.Now()) // health.go
 		if l, ok := d.lastPlan.Limits[policy.ID(sf)]; ok && l.Rate > 0 {
 			ss.Cap = &api.Cap{Policy: l.Policy, Rate: l.Rate.String(), Reason: l.Reason}
 		}
@@ -77,6 +78,7 @@ func (d *Daemon) Status() api.Status {
 	}
 	st.RateProgram = d.rates.Stats()
 	st.Chains = d.chainStatus()
+	st.Health = d.healthStatus() // health.go
 	return st
 }
 

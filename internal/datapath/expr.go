@@ -11,8 +11,9 @@ import (
 	"mpsteer/internal/units"
 )
 
-// MaxSteps is the most selectors and actors one chain may have: the kernel
-// allows 33 tail calls per packet, one goes to the entry.
+// MaxSteps is the most selectors and actors one chain may have (the
+// chain's program is built for this many; loaded actors also count against
+// the kernel's 33 tail calls per packet, see Manager).
 const MaxSteps = 32
 
 const (

@@ -199,12 +199,14 @@ type run struct {
 // through it.
 func (h *harness) chain(sel, act string) (uint32, func([]byte) run) {
 	h.t.Helper()
-	id, prog, err := h.m.AddDetached(sel, act)
+	id, _, err := h.m.AddDetached(sel, act)
 	if err != nil {
 		h.t.Fatalf("chain %q → %q: %v", sel, act, err)
 	}
 	return id, func(in []byte) run {
 		h.t.Helper()
+		// The chain's current program: Release may have replaced it.
+		prog := h.m.program(id)
 		before, _ := h.m.Status(id)
 		out := make([]byte, len(in)+64)
 		ctxOut := make([]byte, 192)

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -75,33 +76,51 @@ type Withheld struct {
 	Released bool   `json:"released"`
 }
 
-// builtinSteps are the built-in step programs and their program-array
-// slots. Loaded actors take slots from userBase on.
-var builtinSteps = []string{"sel_tuple", "sel_prefix", "sel_seq", "sel_type",
-	"act_drop", "act_mark", "act_count", "act_clamp_rwnd", "act_set_backup", "act_strip_add_addr"}
-
+// Loaded actors take slots in mpsteer_steps from userBase on (below it:
+// mpsteer_resume, at resumeIndex).
 const userBase = 32
 
 type chain struct {
 	spec    ChainSpec
 	prog    *Program
 	ifindex int
-	slot    uint32 // active descriptor slot
-	entry   *ebpf.Program
+	l2      uint32
+	slot    uint32        // active descriptor slot
+	entry   *ebpf.Program // the chain's program (the one attached)
+	cur     *chainProg    // the same, with its pause switch
 	link    link.Link
+	// runtime of the chain's earlier programs (replaced, moved), so
+	// that CPUTimeNs covers the chain's whole life
+	runtimeBase uint64
+	// earlier programs of a chain that is not attached (AddDetached):
+	// their holders may still run them; closed with the chain
+	retired []*ebpf.Program
 }
 
-// Manager owns the loaded programs, the shared maps and the attached
-// chains of one network namespace. Closing it detaches every chain:
-// packets flow as if mpsteer were not there (fail open).
+// sharedObjects are what every chain's program shares: the maps, and
+// mpsteer_resume, where loaded actors come back.
+type sharedObjects struct {
+	stepsMaps
+	MpsteerResume *ebpf.Program `ebpf:"mpsteer_resume"`
+}
+
+func (o *sharedObjects) Close() error {
+	return errors.Join(o.stepsMaps.Close(), o.MpsteerResume.Close())
+}
+
+// Manager owns the shared maps, the loaded actors and the chains (one
+// program each) of one network namespace. Closing it detaches every
+// chain: packets flow as if mpsteer were not there (fail open).
 type Manager struct {
-	mu     sync.Mutex
-	spec   *ebpf.CollectionSpec
-	objs   stepsObjects
-	index  map[string]uint32 // program name -> slot in mpsteer_steps
-	user   map[string]*ebpf.Program
-	chains map[uint32]*chain
-	pinned bool
+	mu        sync.Mutex
+	spec      *ebpf.CollectionSpec
+	chainSpec *ebpf.CollectionSpec // the chain program and what it uses
+	btfCache  *btf.Cache           // the kernel's types, for CO-RE
+	objs      sharedObjects
+	index     map[string]uint32 // "user:NAME" -> slot in mpsteer_steps
+	user      map[string]*ebpf.Program
+	chains    map[uint32]*chain
+	pinned    bool
 }
 
 // Options tune a Manager.
@@ -118,17 +137,23 @@ type Options struct {
 // program array) are rebuilt by every process.
 var persistentMaps = []string{"mpsteer_withheld", "mpsteer_stats", "mpsteer_step_count", "mpsteer_release_pending"}
 
-// NewManager loads the step programs and fresh maps.
+// NewManager loads the shared maps, fresh.
 func NewManager() (*Manager, error) { return NewManagerWith(Options{}) }
 
-// NewManagerWith loads the step programs and the shared maps, reusing
-// pinned ones when asked to.
+// NewManagerWith loads the shared maps, reusing pinned ones when asked
+// to. Chains' programs are loaded as chains are added.
 func NewManagerWith(o Options) (*Manager, error) {
 	spec, err := loadSteps()
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{spec: spec, index: map[string]uint32{}, user: map[string]*ebpf.Program{}, chains: map[uint32]*chain{}}
+	chainSpec := spec.Copy()
+	for name := range chainSpec.Programs {
+		if name != "mpsteer_chain" {
+			delete(chainSpec.Programs, name)
+		}
+	}
+	m := &Manager{spec: spec, chainSpec: chainSpec, index: map[string]uint32{}, user: map[string]*ebpf.Program{}, chains: map[uint32]*chain{}}
 	var opts *ebpf.CollectionOptions
 	if o.PinDir != "" {
 		if err := ensureBPFFS(o.PinDir); err != nil {
@@ -144,20 +169,11 @@ func NewManagerWith(o Options) (*Manager, error) {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("the maps pinned in %s are from another version of mpsteer; remove them (rm %s/mpsteer_*) to start afresh: %w", o.PinDir, o.PinDir, err)
 		}
-		return nil, fmt.Errorf("load the datapath programs: %w", bpfutil.VerifierDetail(err))
+		return nil, fmt.Errorf("load the datapath maps: %w", bpfutil.VerifierDetail(err))
 	}
-	progs := map[string]*ebpf.Program{
-		"sel_tuple": m.objs.SelTuple, "sel_prefix": m.objs.SelPrefix, "sel_seq": m.objs.SelSeq, "sel_type": m.objs.SelType,
-		"act_drop": m.objs.ActDrop, "act_mark": m.objs.ActMark, "act_count": m.objs.ActCount,
-		"act_clamp_rwnd": m.objs.ActClampRwnd, "act_set_backup": m.objs.ActSetBackup, "act_strip_add_addr": m.objs.ActStripAddAddr,
-	}
-	for i, name := range builtinSteps {
-		idx := uint32(i + 1)
-		if err := m.objs.MpsteerSteps.Put(idx, progs[name]); err != nil {
-			m.objs.Close()
-			return nil, fmt.Errorf("program array: %w", err)
-		}
-		m.index[name] = idx
+	if err := m.objs.MpsteerSteps.Put(uint32(resumeIndex), m.objs.MpsteerResume); err != nil {
+		m.objs.Close()
+		return nil, fmt.Errorf("program array: %w", err)
 	}
 	return m, nil
 }
@@ -257,17 +273,8 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 			anchor = link.AfterLink(other.link)
 		}
 	}
-	c := &chain{spec: spec, prog: prog, ifindex: l.Attrs().Index, slot: spec.ID * 2}
-	if err := m.writeDescriptor(c, c.slot, l2); err != nil {
-		return nil, err
-	}
-	c.entry, err = m.loadEntry(spec.ID)
-	if err != nil {
-		return nil, err
-	}
-	// The entry runs nothing until the chain is marked active.
-	if err := m.setActive(spec.ID, c.slot); err != nil {
-		c.entry.Close()
+	c := &chain{spec: spec, prog: prog, ifindex: l.Attrs().Index, l2: l2, slot: spec.ID * 2}
+	if err := m.prepare(c, c.slot, prog); err != nil {
 		return nil, err
 	}
 	attach := ebpf.AttachTCXIngress
@@ -276,8 +283,7 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 	}
 	c.link, err = link.AttachTCX(link.TCXOptions{Interface: c.ifindex, Program: c.entry, Attach: attach, Anchor: anchor})
 	if err != nil {
-		m.setActive(spec.ID, noSlot)
-		c.entry.Close()
+		m.unprepare(c, c.slot)
 		return nil, fmt.Errorf("attach to %s %s: %w", spec.Dev, spec.Hook, err)
 	}
 	if !m.pinned { // pinned counters carry on from the previous process
@@ -290,8 +296,6 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 // MaxChains bounds chain ids (mirrors MPSTEER_MAX_CHAINS).
 const MaxChains = 256
 
-const noSlot = ^uint32(0)
-
 func (m *Manager) userNames() map[string]bool {
 	out := map[string]bool{}
 	for k := range m.user {
@@ -300,21 +304,53 @@ func (m *Manager) userNames() map[string]bool {
 	return out
 }
 
-func (m *Manager) setActive(id, slot uint32) error {
-	// A 4-byte array value: the switch is atomic for the entry program.
-	return m.objs.MpsteerActive.Put(id, slot+1)
+// prepare loads the program of chain c for descriptor slot `slot` (the
+// verifier checks the whole chain) into c.entry, and writes what loaded
+// actors read: the descriptor, and the program in mpsteer_resumes for
+// them to come back to. Nothing the running chain uses is touched.
+func (m *Manager) prepare(c *chain, slot uint32, prog *Program) error {
+	p, err := m.loadChain(c.spec.ID, slot, c.l2, prog, false)
+	if err != nil {
+		return err
+	}
+	if err := m.writeDescriptor(c.spec.ID, prog, slot, c.l2); err != nil {
+		p.prog.Close()
+		return err
+	}
+	if p.user {
+		if err := m.objs.MpsteerResumes.Put(slot, p.prog); err != nil {
+			p.prog.Close()
+			return fmt.Errorf("resume array: %w", err)
+		}
+	} else {
+		m.objs.MpsteerResumes.Delete(slot)
+	}
+	c.entry, c.cur = p.prog, p
+	return nil
 }
 
-func (m *Manager) writeDescriptor(c *chain, slot uint32, l2 uint32) error {
+// unprepare undoes prepare after a failure.
+func (m *Manager) unprepare(c *chain, slot uint32) {
+	m.objs.MpsteerResumes.Delete(slot)
+	if c.entry != nil {
+		c.entry.Close()
+		c.entry, c.cur = nil, nil
+	}
+}
+
+// writeDescriptor writes the chain's descriptor: loaded actors read their
+// arguments from it (mpsteer_this) and where to go next (mpsteer_next).
+// Built-in steps are reached through mpsteer_resume.
+func (m *Manager) writeDescriptor(id uint32, prog *Program, slot uint32, l2 uint32) error {
 	var d stepsMpsteerChain
-	d.Id, d.N, d.FirstActor, d.L2len = c.spec.ID, uint32(len(c.prog.Steps)), uint32(c.prog.FirstActor), l2
-	for i, st := range c.prog.Steps {
-		idx, ok := m.index[st.Prog]
+	d.Id, d.N, d.FirstActor, d.L2len = id, uint32(len(prog.Steps)), uint32(prog.FirstActor), l2
+	for i, st := range prog.Steps {
+		idx := uint32(resumeIndex)
 		if name, user := strings.CutPrefix(st.Prog, "user:"); user {
-			idx, ok = m.index["user:"+name]
-		}
-		if !ok {
-			return fmt.Errorf("step %q: program %s is not loaded", st.Text, st.Prog)
+			var ok bool
+			if idx, ok = m.index["user:"+name]; !ok {
+				return fmt.Errorf("step %q: program %s is not loaded", st.Text, st.Prog)
+			}
 		}
 		d.Steps[i].Prog = uint16(idx)
 		d.Steps[i].OnMatch, d.Steps[i].OnMiss, d.Steps[i].Flags = st.OnMatch, st.OnMiss, st.Flags
@@ -323,39 +359,53 @@ func (m *Manager) writeDescriptor(c *chain, slot uint32, l2 uint32) error {
 	return m.objs.MpsteerChains.Put(slot, &d)
 }
 
-// loadEntry loads the entry program of one chain: the program is shared,
-// its chain_id constant is not, so each chain gets its own instance.
-func (m *Manager) loadEntry(id uint32) (*ebpf.Program, error) {
-	spec := m.spec.Copy()
-	if err := spec.Variables["chain_id"].Set(id); err != nil {
-		return nil, err
-	}
-	var objs struct {
-		Entry *ebpf.Program `ebpf:"mpsteer_entry"`
-	}
-	err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: m.sharedMaps()})
-	if err != nil {
-		return nil, fmt.Errorf("load the chain entry: %w", bpfutil.VerifierDetail(err))
-	}
-	return objs.Entry, nil
-}
-
 func (m *Manager) sharedMaps() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		"mpsteer_steps": m.objs.MpsteerSteps, "mpsteer_chains": m.objs.MpsteerChains,
 		"mpsteer_stats": m.objs.MpsteerStats, "mpsteer_step_count": m.objs.MpsteerStepCount,
-		"mpsteer_active": m.objs.MpsteerActive, "mpsteer_withheld": m.objs.MpsteerWithheld,
+		"mpsteer_withheld":        m.objs.MpsteerWithheld,
+		"mpsteer_release_pending": m.objs.MpsteerReleasePending, "mpsteer_resumes": m.objs.MpsteerResumes,
+	}
+}
+
+// runtime is the kernel's count of the time spent in the chain so far.
+func (c *chain) runtime() uint64 {
+	if c.entry == nil {
+		return c.runtimeBase
+	}
+	if ps, err := c.entry.Stats(); err == nil {
+		return c.runtimeBase + uint64(ps.Runtime)
+	}
+	return c.runtimeBase
+}
+
+// retire takes the chain's current program out of service.
+func (c *chain) retire() {
+	if c.entry == nil {
+		return
+	}
+	c.runtimeBase = c.runtime()
+	if c.link == nil {
+		c.retired = append(c.retired, c.entry)
+	} else {
+		c.entry.Close()
+	}
+	c.entry, c.cur = nil, nil
+}
+
+// zeroStepCounts clears the per-step counters of one descriptor slot.
+func (m *Manager) zeroStepCounts(slot uint32) {
+	zero := make([][2]uint64, ebpf.MustPossibleCPU())
+	for i := uint32(0); i < MaxSteps; i++ {
+		m.objs.MpsteerStepCount.Put(slot*MaxSteps+i, zero)
 	}
 }
 
 func (m *Manager) resetStats(id uint32) {
 	zero := make([]stepsMpsteerStats, ebpf.MustPossibleCPU())
 	m.objs.MpsteerStats.Put(id, zero)
-	zeroSteps := make([][2]uint64, ebpf.MustPossibleCPU())
 	for slot := id * 2; slot < id*2+2; slot++ {
-		for i := uint32(0); i < MaxSteps; i++ {
-			m.objs.MpsteerStepCount.Put(slot*MaxSteps+i, zeroSteps)
-		}
+		m.zeroStepCounts(slot)
 	}
 }
 
@@ -378,6 +428,9 @@ func (m *Manager) del(id uint32) error {
 	}
 	// Forget its counters and what it withheld.
 	m.resetStats(id)
+	for slot := id * 2; slot < id*2+2; slot++ {
+		m.objs.MpsteerResumes.Delete(slot)
+	}
 	m.objs.MpsteerReleasePending.Put(id, uint32(0))
 	var k stepsWithheldKey
 	var v stepsWithheldVal
@@ -396,9 +449,11 @@ func (m *Manager) del(id uint32) error {
 }
 
 // detach makes a chain inert, takes it off its device and unloads its
-// entry; it can be called again after a failure.
+// program; it can be called again after a failure.
 func (m *Manager) detach(c *chain) error {
-	m.setActive(c.spec.ID, noSlot)
+	if c.cur != nil {
+		c.cur.pause(true)
+	}
 	if c.link != nil {
 		if err := c.link.Close(); err != nil {
 			return err
@@ -407,14 +462,21 @@ func (m *Manager) detach(c *chain) error {
 	}
 	if c.entry != nil {
 		c.entry.Close()
-		c.entry = nil
+		c.entry, c.cur = nil, nil
 	}
+	for _, p := range c.retired {
+		p.Close()
+	}
+	c.retired = nil
 	return nil
 }
 
-// Replace swaps a chain's selectors and actors in place: the new
-// descriptor goes into the chain's other slot and one 4-byte map update
-// switches packets over, so no packet sees half of each.
+// Replace swaps a chain's selectors and actors in place: the new chain is
+// built and verified as a program of its own (for the chain's other
+// descriptor slot), then replaces the old one in the chain's TCX link in
+// one step (bpf_link_update), so each packet runs the old chain or the new
+// one, never a mix. Counters, withheld options and the chain's place on
+// the hook stay.
 func (m *Manager) Replace(id uint32, selectExpr, actExpr string) (*ChainStatus, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -441,17 +503,20 @@ func (m *Manager) replace(id uint32, selectExpr, actExpr string) (*ChainStatus, 
 		}
 	}
 	next := c.slot ^ 1
-	old := c.prog
-	c.prog = prog
-	if err := m.writeDescriptor(c, next, l2); err != nil {
-		c.prog = old
+	// The idle slot's step counters start from zero for the new chain.
+	m.zeroStepCounts(next)
+	nc := &chain{spec: c.spec, l2: l2}
+	if err := m.prepare(nc, next, prog); err != nil {
 		return nil, err
 	}
-	if err := m.setActive(id, next); err != nil {
-		c.prog = old
-		return nil, err
+	if c.link != nil {
+		if err := c.link.Update(nc.entry); err != nil {
+			nc.entry.Close()
+			return nil, fmt.Errorf("replace chain %d: %w", id, err)
+		}
 	}
-	c.slot = next
+	c.retire()
+	c.entry, c.cur, c.l2, c.prog, c.slot = nc.entry, nc.cur, l2, prog, next
 	c.spec.Select, c.spec.Act = selectExpr, actExpr
 	return m.status(c), nil
 }
@@ -534,10 +599,9 @@ func (m *Manager) List() []*ChainStatus {
 
 func (m *Manager) status(c *chain) *ChainStatus {
 	st := &ChainStatus{ChainSpec: c.spec, Ifindex: c.ifindex}
-	// Tail calls do not return, so the entry's run time covers the chain.
-	if ps, err := c.entry.Stats(); err == nil {
-		st.CPUTimeNs = uint64(ps.Runtime)
-	}
+	// One program: its run time covers the chain (loaded actors are
+	// reached by tail calls, which do not return).
+	st.CPUTimeNs = c.runtime()
 	var per []stepsMpsteerStats
 	if err := m.objs.MpsteerStats.Lookup(c.spec.ID, &per); err == nil {
 		for _, s := range per {
@@ -689,15 +753,8 @@ func (m *Manager) AddDetached(selectExpr, actExpr string) (uint32, *ebpf.Program
 	if id == 0 {
 		return 0, nil, errors.New("no free chain id")
 	}
-	c := &chain{spec: ChainSpec{ID: id, Dev: "(test run)", Hook: Ingress, Select: selectExpr, Act: actExpr}, prog: prog, slot: id * 2}
-	if err := m.writeDescriptor(c, c.slot, 14); err != nil {
-		return 0, nil, err
-	}
-	if c.entry, err = m.loadEntry(id); err != nil {
-		return 0, nil, err
-	}
-	if err := m.setActive(id, c.slot); err != nil {
-		c.entry.Close()
+	c := &chain{spec: ChainSpec{ID: id, Dev: "(test run)", Hook: Ingress, Select: selectExpr, Act: actExpr}, prog: prog, l2: 14, slot: id * 2}
+	if err := m.prepare(c, c.slot, prog); err != nil {
 		return 0, nil, err
 	}
 	if !m.pinned {
@@ -705,6 +762,16 @@ func (m *Manager) AddDetached(selectExpr, actExpr string) (uint32, *ebpf.Program
 	}
 	m.chains[id] = c
 	return id, c.entry, nil
+}
+
+// program is a chain's current program (for tests that run it).
+func (m *Manager) program(id uint32) *ebpf.Program {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.chains[id]; ok {
+		return c.entry
+	}
+	return nil
 }
 
 // Status reports one chain.
@@ -718,9 +785,10 @@ func (m *Manager) Status(id uint32) (*ChainStatus, error) {
 	return m.status(c), nil
 }
 
-// Move places a chain before or after another chain of its hook. While it
-// moves the chain is paused (packets pass untouched) rather than run
-// twice.
+// Move places a chain before or after another chain of its hook. A new
+// instance of the chain's program is loaded and attached at the new place;
+// while the two links swap, the chain is paused (packets pass untouched)
+// rather than run twice.
 func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -744,18 +812,31 @@ func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
 	if c.spec.Hook == Egress {
 		attach = ebpf.AttachTCXEgress
 	}
-	if err := m.setActive(id, noSlot); err != nil {
+	// A program is attached at most once per hook: a second instance,
+	// loaded (and verified) paused, before the chain pauses.
+	np, err := m.loadChain(id, c.slot, c.l2, c.prog, true)
+	if err != nil {
 		return nil, err
 	}
-	nl, err := link.AttachTCX(link.TCXOptions{Interface: c.ifindex, Program: c.entry, Attach: attach, Anchor: anchor})
+	if err := c.cur.pause(true); err != nil {
+		np.prog.Close()
+		return nil, err
+	}
+	nl, err := link.AttachTCX(link.TCXOptions{Interface: c.ifindex, Program: np.prog, Attach: attach, Anchor: anchor})
 	if err != nil {
-		m.setActive(id, c.slot)
+		np.prog.Close()
+		c.cur.pause(false)
 		return nil, fmt.Errorf("move chain %d %s %d: %w", id, place, ref, err)
 	}
 	c.link.Close()
 	c.link = nl
+	c.retire()
+	c.entry, c.cur = np.prog, np
+	if np.user {
+		m.objs.MpsteerResumes.Put(c.slot, np.prog)
+	}
 	c.spec.Before, c.spec.After = before, after
-	if err := m.setActive(id, c.slot); err != nil {
+	if err := np.pause(false); err != nil {
 		return nil, err
 	}
 	return m.status(c), nil

@@ -13,6 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type stepsChainStep struct {
+	_       structs.HostLayout
+	Kind    uint8
+	OnMatch uint8
+	OnMiss  uint8
+	Flags   uint8
+	Prog    uint32
+	Args    [80]uint8
+}
+
 type stepsMpsteerChain struct {
 	_          structs.HostLayout
 	Id         uint32
@@ -65,25 +75,23 @@ type stepsWithheldVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	stepsMapMpsteerActive         = "mpsteer_active"
 	stepsMapMpsteerChains         = "mpsteer_chains"
 	stepsMapMpsteerReleasePending = "mpsteer_release_pending"
+	stepsMapMpsteerResumes        = "mpsteer_resumes"
 	stepsMapMpsteerStats          = "mpsteer_stats"
 	stepsMapMpsteerStepCount      = "mpsteer_step_count"
 	stepsMapMpsteerSteps          = "mpsteer_steps"
 	stepsMapMpsteerWithheld       = "mpsteer_withheld"
-	stepsProgActClampRwnd         = "act_clamp_rwnd"
-	stepsProgActCount             = "act_count"
-	stepsProgActDrop              = "act_drop"
-	stepsProgActMark              = "act_mark"
-	stepsProgActSetBackup         = "act_set_backup"
-	stepsProgActStripAddAddr      = "act_strip_add_addr"
-	stepsProgMpsteerEntry         = "mpsteer_entry"
-	stepsProgSelPrefix            = "sel_prefix"
-	stepsProgSelSeq               = "sel_seq"
-	stepsProgSelTuple             = "sel_tuple"
-	stepsProgSelType              = "sel_type"
+	stepsProgMpsteerChain         = "mpsteer_chain"
+	stepsProgMpsteerResume        = "mpsteer_resume"
 	stepsVarChainId               = "chain_id"
+	stepsVarChainSlot             = "chain_slot"
+	stepsVarFirstActor            = "first_actor"
+	stepsVarL2len                 = "l2len"
+	stepsVarN_steps               = "n_steps"
+	stepsVarNeeds                 = "needs"
+	stepsVarPaused                = "paused"
+	stepsVarSteps                 = "steps"
 )
 
 // loadSteps returns the embedded CollectionSpec for steps.
@@ -128,26 +136,17 @@ type stepsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stepsProgramSpecs struct {
-	ActClampRwnd    *ebpf.ProgramSpec `ebpf:"act_clamp_rwnd"`
-	ActCount        *ebpf.ProgramSpec `ebpf:"act_count"`
-	ActDrop         *ebpf.ProgramSpec `ebpf:"act_drop"`
-	ActMark         *ebpf.ProgramSpec `ebpf:"act_mark"`
-	ActSetBackup    *ebpf.ProgramSpec `ebpf:"act_set_backup"`
-	ActStripAddAddr *ebpf.ProgramSpec `ebpf:"act_strip_add_addr"`
-	MpsteerEntry    *ebpf.ProgramSpec `ebpf:"mpsteer_entry"`
-	SelPrefix       *ebpf.ProgramSpec `ebpf:"sel_prefix"`
-	SelSeq          *ebpf.ProgramSpec `ebpf:"sel_seq"`
-	SelTuple        *ebpf.ProgramSpec `ebpf:"sel_tuple"`
-	SelType         *ebpf.ProgramSpec `ebpf:"sel_type"`
+	MpsteerChain  *ebpf.ProgramSpec `ebpf:"mpsteer_chain"`
+	MpsteerResume *ebpf.ProgramSpec `ebpf:"mpsteer_resume"`
 }
 
 // stepsMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stepsMapSpecs struct {
-	MpsteerActive         *ebpf.MapSpec `ebpf:"mpsteer_active"`
 	MpsteerChains         *ebpf.MapSpec `ebpf:"mpsteer_chains"`
 	MpsteerReleasePending *ebpf.MapSpec `ebpf:"mpsteer_release_pending"`
+	MpsteerResumes        *ebpf.MapSpec `ebpf:"mpsteer_resumes"`
 	MpsteerStats          *ebpf.MapSpec `ebpf:"mpsteer_stats"`
 	MpsteerStepCount      *ebpf.MapSpec `ebpf:"mpsteer_step_count"`
 	MpsteerSteps          *ebpf.MapSpec `ebpf:"mpsteer_steps"`
@@ -158,7 +157,14 @@ type stepsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stepsVariableSpecs struct {
-	ChainId *ebpf.VariableSpec `ebpf:"chain_id"`
+	ChainId    *ebpf.VariableSpec `ebpf:"chain_id"`
+	ChainSlot  *ebpf.VariableSpec `ebpf:"chain_slot"`
+	FirstActor *ebpf.VariableSpec `ebpf:"first_actor"`
+	L2len      *ebpf.VariableSpec `ebpf:"l2len"`
+	N_steps    *ebpf.VariableSpec `ebpf:"n_steps"`
+	Needs      *ebpf.VariableSpec `ebpf:"needs"`
+	Paused     *ebpf.VariableSpec `ebpf:"paused"`
+	Steps      *ebpf.VariableSpec `ebpf:"steps"`
 }
 
 // stepsObjects contains all objects after they have been loaded into the kernel.
@@ -181,9 +187,9 @@ func (o *stepsObjects) Close() error {
 //
 // It can be passed to loadStepsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stepsMaps struct {
-	MpsteerActive         *ebpf.Map `ebpf:"mpsteer_active"`
 	MpsteerChains         *ebpf.Map `ebpf:"mpsteer_chains"`
 	MpsteerReleasePending *ebpf.Map `ebpf:"mpsteer_release_pending"`
+	MpsteerResumes        *ebpf.Map `ebpf:"mpsteer_resumes"`
 	MpsteerStats          *ebpf.Map `ebpf:"mpsteer_stats"`
 	MpsteerStepCount      *ebpf.Map `ebpf:"mpsteer_step_count"`
 	MpsteerSteps          *ebpf.Map `ebpf:"mpsteer_steps"`
@@ -192,9 +198,9 @@ type stepsMaps struct {
 
 func (m *stepsMaps) Close() error {
 	return _StepsClose(
-		m.MpsteerActive,
 		m.MpsteerChains,
 		m.MpsteerReleasePending,
+		m.MpsteerResumes,
 		m.MpsteerStats,
 		m.MpsteerStepCount,
 		m.MpsteerSteps,
@@ -206,39 +212,28 @@ func (m *stepsMaps) Close() error {
 //
 // It can be passed to loadStepsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stepsVariables struct {
-	ChainId *ebpf.Variable `ebpf:"chain_id"`
+	ChainId    *ebpf.Variable `ebpf:"chain_id"`
+	ChainSlot  *ebpf.Variable `ebpf:"chain_slot"`
+	FirstActor *ebpf.Variable `ebpf:"first_actor"`
+	L2len      *ebpf.Variable `ebpf:"l2len"`
+	N_steps    *ebpf.Variable `ebpf:"n_steps"`
+	Needs      *ebpf.Variable `ebpf:"needs"`
+	Paused     *ebpf.Variable `ebpf:"paused"`
+	Steps      *ebpf.Variable `ebpf:"steps"`
 }
 
 // stepsPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadStepsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stepsPrograms struct {
-	ActClampRwnd    *ebpf.Program `ebpf:"act_clamp_rwnd"`
-	ActCount        *ebpf.Program `ebpf:"act_count"`
-	ActDrop         *ebpf.Program `ebpf:"act_drop"`
-	ActMark         *ebpf.Program `ebpf:"act_mark"`
-	ActSetBackup    *ebpf.Program `ebpf:"act_set_backup"`
-	ActStripAddAddr *ebpf.Program `ebpf:"act_strip_add_addr"`
-	MpsteerEntry    *ebpf.Program `ebpf:"mpsteer_entry"`
-	SelPrefix       *ebpf.Program `ebpf:"sel_prefix"`
-	SelSeq          *ebpf.Program `ebpf:"sel_seq"`
-	SelTuple        *ebpf.Program `ebpf:"sel_tuple"`
-	SelType         *ebpf.Program `ebpf:"sel_type"`
+	MpsteerChain  *ebpf.Program `ebpf:"mpsteer_chain"`
+	MpsteerResume *ebpf.Program `ebpf:"mpsteer_resume"`
 }
 
 func (p *stepsPrograms) Close() error {
 	return _StepsClose(
-		p.ActClampRwnd,
-		p.ActCount,
-		p.ActDrop,
-		p.ActMark,
-		p.ActSetBackup,
-		p.ActStripAddAddr,
-		p.MpsteerEntry,
-		p.SelPrefix,
-		p.SelSeq,
-		p.SelTuple,
-		p.SelType,
+		p.MpsteerChain,
+		p.MpsteerResume,
 	)
 }
 

@@ -38,7 +38,10 @@ import (
 // comes back. The initial subflow is not judged during its warm-up
 // (WarmupRTTs of its RTT): a far path needs many RTTs to show its worth.
 type DynThresh struct {
-	mu               sync.Mutex
+	mu sync.Mutex
+	// Mode: "shaped" (the default, see decideShaped) or "paper" (the
+	// paper's rule, improved as described above).
+	Mode             string
 	Metric           string // measured or estimate
 	Window           time.Duration
 	ProbeInterval    time.Duration
@@ -53,6 +56,9 @@ type DynThresh struct {
 	Margin float64
 	conns  map[uint32]*dtConn
 	status []DynThreshConnStatus
+	// The shaped mode's state.
+	sh           shaper
+	shapedStatus []ShapeConnStatus
 }
 
 type sample struct {
@@ -64,22 +70,27 @@ type sample struct {
 type rate struct{ s []sample }
 
 func (r *rate) add(now time.Time, bytes uint64, window time.Duration) float64 {
+	v, _ := r.over(now, bytes, window)
+	return v
+}
+
+// over adds a sample and returns the rate over the window, and whether
+// the samples span all of it (a young subflow's first rates cover less,
+// and jump).
+func (r *rate) over(now time.Time, bytes uint64, window time.Duration) (float64, bool) {
 	r.s = append(r.s, sample{now, bytes})
+	// Start from the latest sample at or beyond the window's start.
 	i := 0
-	for i < len(r.s)-1 && now.Sub(r.s[i].at) > window {
+	for i < len(r.s)-1 && now.Sub(r.s[i+1].at) >= window {
 		i++
-	}
-	// Keep one sample at or beyond the window's start.
-	if i > 0 {
-		i--
 	}
 	r.s = r.s[i:]
 	first := r.s[0]
-	dt := now.Sub(first.at).Seconds()
+	dt := now.Sub(first.at)
 	if dt <= 0 || bytes < first.bytes {
-		return 0
+		return 0, false
 	}
-	return float64(bytes-first.bytes) / dt
+	return float64(bytes-first.bytes) / dt.Seconds(), dt >= window
 }
 
 type dtSubflow struct {
@@ -126,6 +137,10 @@ type DynThreshSubflowStatus struct {
 func init() {
 	Register("dynthresh", func(m *yamlcfg.Map, env Env) Policy {
 		d := NewDynThresh()
+		d.Mode = m.Enum("mode", d.Mode, "shaped", "paper")
+		if d.Mode == "shaped" {
+			d.sh.parse(m)
+		}
 		d.Metric = m.Enum("metric", d.Metric, "measured", "estimate")
 		d.Window = m.Duration("window", d.Window)
 		d.ProbeInterval = m.Duration("probe_interval", d.ProbeInterval)
@@ -151,7 +166,16 @@ func init() {
 func NewDynThresh() *DynThresh {
 	return &DynThresh{Metric: "measured", Window: time.Second, ProbeInterval: time.Second,
 		MaxProbeInterval: 8 * time.Second, ProbeWindow: 300 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		WarmupRTTs: 10, Margin: 0.1, conns: map[uint32]*dtConn{}}
+		WarmupRTTs: 10, Margin: 0.1, conns: map[uint32]*dtConn{},
+		Mode: "shaped", sh: newShaper()}
+}
+
+// Requirements: in the shaped mode, the shaper's.
+func (d *DynThresh) Requirements() Requirements {
+	if d.Mode == "shaped" {
+		return d.sh.requirements()
+	}
+	return Requirements{}
 }
 
 // Name is "dynthresh".
@@ -164,6 +188,9 @@ func Metric(sf observe.Subflow) float64 { return sf.ThroughputEstimate() }
 func (d *DynThresh) Decide(s *Snapshot) []Action {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.Mode == "shaped" {
+		return d.decideAllShaped(s)
+	}
 	var out []Action
 	var status []DynThreshConnStatus
 	seen := map[uint32]bool{}
@@ -382,5 +409,8 @@ func (d *DynThresh) worse(a, b *dtSubflow) bool {
 func (d *DynThresh) Status() any {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.Mode == "shaped" {
+		return d.shapedStatus
+	}
 	return d.status
 }

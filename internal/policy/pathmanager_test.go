@@ -319,51 +319,6 @@ func TestIncrementalMovesOnFromAFailedPair(t *testing.T) {
 	}
 }
 
-func TestECFCapsTheSlowSubflowToWhatArrivesInTime(t *testing.T) {
-	// A 50 Mbit/s path with a 40 ms base RTT and a 10 Mbit/s one: two
-	// samples a second apart give their rates.
-	run := func(wnd uint32, slowRTT time.Duration) (limit, backup Action) {
-		p := NewECF()
-		fast := subflow(a1, 40000, b1, 1)
-		fast.SRTT, fast.MinRTT, fast.SndWnd = 40*ms, 40*ms, wnd
-		slow := subflow(a2, 40001, b1, 1)
-		slow.SRTT, slow.MinRTT, slow.SndWnd = slowRTT, slowRTT, wnd
-		t0 := time.Unix(100, 0)
-		decideAt(p, t0, conn(fast, slow))
-		fast.BytesAcked, slow.BytesAcked = 50e6/8, 10e6/8
-		for _, a := range decideAt(p, t0.Add(time.Second), conn(fast, slow)) {
-			if a.Subflow == ID(fast) && (a.Rate != 0 || a.Backup) {
-				t.Fatalf("the fast subflow was held back: %v", a)
-			}
-			if a.Subflow == ID(slow) && a.Kind == Limit {
-				limit = a
-			}
-			if a.Subflow == ID(slow) && a.Kind == Backup {
-				backup = a
-			}
-		}
-		return limit, backup
-	}
-	// A window for both: (50 + 10 Mbit/s) × 100 ms fits 90% of 4 MiB.
-	if l, b := run(4<<20, 100*ms); l.Rate != 0 || b.Backup {
-		t.Fatalf("4 MiB window: cap %v, backup %v; want neither", l.Rate, b.Backup)
-	}
-	// 768 KiB: 0.9 × 768 KiB / 100 ms − 50 Mbit/s = 6.6 Mbit/s arrives in
-	// time, less than the 10 it carries: capped there.
-	if l, b := run(768<<10, 100*ms); l.Rate < 6.5e6 || l.Rate > 6.7e6 || b.Backup {
-		t.Fatalf("768 KiB window: cap %v, backup %v; want ~6.6 Mbit/s", l.Rate, b.Backup)
-	}
-	// 512 KiB is not even enough for the fast path over the slow RTT: set
-	// aside, not capped to a trickle that would strand its queue.
-	if l, b := run(512<<10, 100*ms); !b.Backup || l.Rate != 0 || !strings.Contains(b.Reason, "set aside") {
-		t.Fatalf("512 KiB window: cap %v, backup %v (%s); want set aside", l.Rate, b.Backup, b.Reason)
-	}
-	// Similar RTTs: nobody is slow, nothing is held back.
-	if l, b := run(512<<10, 45*ms); l.Rate != 0 || b.Backup {
-		t.Fatalf("similar RTTs: cap %v, backup %v", l.Rate, b.Backup)
-	}
-}
-
 // Before MPTCP is fully established the kernel refuses new subflows: none
 // is asked for; and a batch refused together is one failure, not many.
 func TestFullmeshWaitsForEstablishmentAndCountsABatchOnce(t *testing.T) {

@@ -52,6 +52,10 @@ type Conn struct {
 	// what the receiver got in order); 0 when unknown. BytesSent and
 	// BytesRecv are the connection's data sent and received.
 	BytesAcked, BytesSent, BytesRecv uint64
+	// Health is what the peer last reported about each path of the
+	// connection (receiver-assisted path health, RAMPTCP; health.go);
+	// none when it sends no reports.
+	Health []PathHealth
 }
 
 // Snapshot is what policies see: the time, the connections, and what
@@ -83,6 +87,22 @@ type Requirements struct {
 	// be in place before subflows are established (a sockops program sees
 	// only subflows established after it is attached).
 	Limits bool
+	// HealthReports: the policy reads the peer's path-health reports
+	// (Conn.Health): the sockops program that reads them must be in place
+	// before subflows are established, and the daemon decides again as
+	// soon as a report changes, not only every interval.
+	HealthReports bool
+	// NotSentLowat caps the data MPTCP queues, unsent, on each subflow
+	// (TCP_NOTSENT_LOWAT, bytes; set with the health reports' program on
+	// subflows established after it): a path set backup then has little
+	// queued that it must still carry. 0: left alone.
+	NotSentLowat int
+	// JoinBackup: new subflows should join as backup (carry nothing until
+	// a decision lets them). Under the kernel path manager with backup via
+	// endpoints, endpoints that open subflows are kept backup while no
+	// decision wants their address usable; elsewhere the first decision,
+	// taken when the subflow's establishment event arrives, does it.
+	JoinBackup bool
 }
 
 // Requirer is implemented by policies with Requirements.
@@ -189,6 +209,11 @@ func (e *Engine) Requirements() Requirements {
 		}
 		req := q.Requirements()
 		r.Limits = r.Limits || req.Limits
+		r.HealthReports = r.HealthReports || req.HealthReports
+		r.JoinBackup = r.JoinBackup || req.JoinBackup
+		if r.NotSentLowat == 0 {
+			r.NotSentLowat = req.NotSentLowat
+		}
 		for a, d := range req.RTOMax {
 			if _, taken := r.RTOMax[a]; !taken {
 				r.RTOMax[a] = d

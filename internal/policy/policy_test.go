@@ -160,7 +160,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"name: prefer\nrto_max: 200ms":        `rto_max: 200ms is outside what the kernel accepts`,
 		"name: prefer\npaths: [\"a b\"]":      `is neither an IP address nor an interface name`,
 		"name: prefer\nspeed: fast":           `unknown key "speed"`,
-		"name: nosuch":                        `unknown policy "nosuch" (valid: dynthresh, ecf, fullmesh, incremental, limit, prefer)`,
+		"name: nosuch":                        `unknown policy "nosuch" (valid: backup, dynthresh, ecf, fullmesh, incremental, limit, prefer, `,
 		"name: dynthresh\nprobe_interval: 0s": `probe_interval: must be above 0s`,
 		"name: prefer\nprobe_interval: 1s":    `unknown key "probe_interval"`,
 	}
@@ -211,7 +211,7 @@ func (s *sim) step(d *DynThresh, agg float64, rates ...float64) map[string]bool 
 const mbps = 1e6 / 8 // bytes per second in one Mbit/s
 
 func TestDynThreshKeepsSymmetricSubflows(t *testing.T) {
-	d := NewDynThresh()
+	d := paperDynThresh()
 	s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 8*ms, 400))
 	for i := 0; i < 100; i++ {
 		// Noisy but equal, 380 ± 60 Mbit/s each; the aggregate is both.
@@ -225,7 +225,7 @@ func TestDynThreshKeepsSymmetricSubflows(t *testing.T) {
 }
 
 func TestDynThreshSetsAsideTheBadSubflow(t *testing.T) {
-	d := NewDynThresh()
+	d := paperDynThresh()
 	d.MaxProbeInterval = time.Second
 	s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 20*ms, 12))
 	asideAt := time.Duration(-1)
@@ -255,7 +255,7 @@ func TestDynThreshSetsAsideTheBadSubflow(t *testing.T) {
 }
 
 func TestDynThreshTakesASubflowBackAfterAFlood(t *testing.T) {
-	d := NewDynThresh()
+	d := paperDynThresh()
 	s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 8*ms, 400))
 	var aside, back time.Duration = -1, -1
 	for i := 0; i < 120; i++ {
@@ -283,7 +283,7 @@ func TestDynThreshTakesASubflowBackAfterAFlood(t *testing.T) {
 }
 
 func TestDynThreshWarmupProtectsTheInitialSubflow(t *testing.T) {
-	d := NewDynThresh()
+	d := paperDynThresh()
 	// The initial subflow crosses a 400 ms path and ramps up slowly; the
 	// joined one is near but slow (Table 1 #5). The far one must not be
 	// set aside during its warm-up (10 RTTs): the near one goes instead.
@@ -303,7 +303,7 @@ func TestDynThreshWarmupProtectsTheInitialSubflow(t *testing.T) {
 }
 
 func TestDynThreshEstimateIsThePapersRule(t *testing.T) {
-	d := NewDynThresh()
+	d := paperDynThresh()
 	d.Metric = "estimate"
 	s := newSim(sf("10.1.0.1", 1, 8*ms, 500), sf("10.2.0.1", 2, 20*ms, 12))
 	aside := false
@@ -321,7 +321,7 @@ func TestDynThreshEstimateIsThePapersRule(t *testing.T) {
 func TestEngineFirstPolicyWins(t *testing.T) {
 	p := NewPrefer(Env{})
 	p.SetTargets([]string{"10.2.0.1"})
-	e := &Engine{Policies: []Policy{p, NewDynThresh()}}
+	e := &Engine{Policies: []Policy{p, paperDynThresh()}}
 	c := &clock{t: time.Unix(0, 0)}
 	out := e.Decide(c.snap(sf("10.1.0.1", 1, 40*ms, 10), sf("10.2.0.1", 2, 40*ms, 10))).Backup
 	if len(out) != 2 {
@@ -374,7 +374,7 @@ func TestPreferRTTWindowIgnoresSelfInflictedQueueing(t *testing.T) {
 }
 
 func TestDynThreshBacksOffFailedProbes(t *testing.T) {
-	d := NewDynThresh()
+	d := paperDynThresh()
 	s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 20*ms, 12))
 	var starts []time.Duration
 	prev := true
@@ -398,7 +398,7 @@ func TestDynThreshBacksOffFailedProbes(t *testing.T) {
 }
 
 func TestDynThreshNeverSetsAsideTheGoodPathForALateJoiner(t *testing.T) {
-	d := NewDynThresh()
+	d := paperDynThresh()
 	// The good initial subflow runs alone for a second, then a far, slow
 	// subflow joins and the aggregate collapses (Table 1 #4). The joiner
 	// must go, the good path must stay, whatever the joiner's age.
@@ -419,4 +419,11 @@ func TestDynThreshNeverSetsAsideTheGoodPathForALateJoiner(t *testing.T) {
 	if !asideBad {
 		t.Fatal("the slow joiner was never set aside")
 	}
+}
+
+// paperDynThresh is dynthresh running the paper's rule (mode: paper).
+func paperDynThresh() *DynThresh {
+	d := NewDynThresh()
+	d.Mode = "paper"
+	return d
 }

@@ -102,7 +102,7 @@ func TestPreferReplaysAnOutage(t *testing.T) {
 // of the subflows' measured rates.
 func TestDynThreshReplaysTable1Scenario2(t *testing.T) {
 	snaps, pathOf := replay(t, "testdata/asym2-mptcp.csv")
-	d := NewDynThresh()
+	d := paperDynThresh()
 	asideSamples, total := 0, 0
 	t0 := snaps[0].Now
 	for _, s := range snaps {

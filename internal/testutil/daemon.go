@@ -26,6 +26,13 @@ type Daemon struct {
 // when the test ends.
 func StartDaemon(t testing.TB, ns, config string) *Daemon {
 	t.Helper()
+	return StartDaemonWith(t, ns, config)
+}
+
+// StartDaemonWith is StartDaemon with more of the daemon's flags (e.g.
+// "--metrics", "127.0.0.1:9900").
+func StartDaemonWith(t testing.TB, ns, config string, flags ...string) *Daemon {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "mpsteer-d")
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +45,7 @@ func StartDaemon(t testing.TB, ns, config string) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Cmd = exec.Command("ip", "netns", "exec", ns, Binary(t), "daemon", "--config", d.Config, "--socket", d.Socket)
+	d.Cmd = exec.Command("ip", append([]string{"netns", "exec", ns, Binary(t), "daemon", "--config", d.Config, "--socket", d.Socket}, flags...)...)
 	d.Cmd.Stdout, d.Cmd.Stderr = logf, logf
 	if err := d.Cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * mpsteer selector-actor chains: what every step program shares.
+ * mpsteer selector-actor chains: the maps and the interface for a user's
+ * own actor.
  *
- * A chain is attached to a TC hook (TCX ingress or egress) as an entry
- * program that parses the packet once, then tail-calls the chain's steps
- * one after another through the `mpsteer_steps` program array. Each step
- * reads where it is from the packet's metadata (skb->cb) and its
- * parameters from the chain's descriptor in `mpsteer_chains`.
+ * A chain is one program (steps.bpf.c), attached to a TC hook (TCX
+ * ingress or egress): its built-in selectors and actors are compiled into
+ * it. A loaded actor (a separate object) is reached by a tail call through
+ * the `mpsteer_steps` program array, with the packet's metadata in
+ * skb->cb; it reads its arguments from the chain's descriptor in
+ * `mpsteer_chains` and goes back to the chain with mpsteer_next(), which
+ * tail-calls the next step (built-in steps: mpsteer_resume, which returns
+ * to the chain's program).
  *
- * This header is also the interface for a user's own actor: include it,
- * write a SEC("tc") program that does its work, then `return
- * mpsteer_next(skb);`. See internal/datapath/bpf/template/.
+ * To write an actor: include this header, write a SEC("tc") program that
+ * does its work, then `return mpsteer_next(skb);`. See
+ * internal/datapath/bpf/template/.
  */
 #ifndef MPSTEER_CHAIN_H
 #define MPSTEER_CHAIN_H
@@ -19,10 +23,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#define MPSTEER_MAX_STEPS 32	/* the kernel allows 33 tail calls per packet */
+#define MPSTEER_MAX_STEPS 32	/* steps per chain */
 #define MPSTEER_MAX_CHAINS 256	/* chain ids */
 #define MPSTEER_SLOTS 512	/* descriptors: two per chain, for atomic swaps */
-#define MPSTEER_PROGS 64	/* step programs: built-in and loaded */
+#define MPSTEER_PROGS 64	/* mpsteer_steps: 1 is mpsteer_resume, 32.. loaded actors */
 #define MPSTEER_ARGS 48
 
 #define TCX_NEXT -1
@@ -128,7 +132,7 @@ struct {
 } mpsteer_step_count SEC(".maps");
 
 /*
- * The packet's metadata in skb->cb, set by the entry program:
+ * The packet's metadata in skb->cb, set by the chain before it calls a loaded actor:
  *   cb[0]: descriptor slot (bits 0-15), current step (bits 16-23)
  *   cb[1]: l3 offset (0-7), l4 offset (8-15), IPv6 (16), tcp header length (24-31, in bytes / 4)
  *   cb[2]: packet type bits (T_*)

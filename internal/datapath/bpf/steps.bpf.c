@@ -1,8 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0
-// mpsteer's chain entry and built-in selectors and actors. Each is its
-// own small program; a chain links them with tail calls (see
-// mpsteer_chain.h). Checksums are fixed with the kernel's helpers, which
-// do the right thing for every skb->ip_summed state.
+// mpsteer's chains: one program per chain.
+//
+// A chain is compiled into ONE program when it is added: the loader
+// writes the chain's steps (kind, arguments, where a selector goes on a
+// match and on a miss) into the read-only globals below before the
+// program is loaded. The verifier reads them as constants, so it checks
+// only the steps the chain has and removes the rest; what is left runs
+// the steps one after another with direct branches, without a tail call
+// or a map lookup per step. Selectors and the cheap actors are inlined;
+// the big actors (clamp_rwnd, set_backup/clear_backup, strip_add_addr)
+// and the option walk are global functions, verified once per load and
+// reached by direct calls.
+//
+// Actors loaded by users (separate objects) are reached by tail call, as
+// before; they come back through mpsteer_resume, which tail-calls the
+// chain's resume program (the same steps, entered at the next one).
+//
+// Checksums are fixed with the kernel's helpers, which do the right thing
+// for every skb->ip_summed state.
 #include "mpsteer_chain.h"
 #include <bpf/bpf_core_read.h>
 
@@ -19,14 +34,68 @@
 #define BPF_F_IPV6 (1ULL << 7)
 #endif
 
+/* Step kinds (the Go loader's kind table mirrors them). */
+#define K_TUPLE 1 /* tuple and pair */
+#define K_PREFIX 2 /* src and dst */
+#define K_SEQ 3
+#define K_TYPE 4
+#define K_DROP 5
+#define K_MARK 6
+#define K_COUNT 7
+#define K_CLAMP 8
+#define K_BACKUP 9
+#define K_STRIP 10
+#define K_USER 11
 
-/* chain id -> descriptor slot + 1 (0: no chain) */
+/* What the chain needs parsed (set by the loader). */
+#define NEED_ADDRS 0x1 /* addresses (selectors, socket lookups, withheld keys) */
+#define NEED_OPTS 0x2  /* the option walk: packet types, DSS and ADD_ADDR places */
+#define NEED_USER 0x4  /* a loaded actor: skb->cb as mpsteer_chain.h says */
+
+/* What an actor did, for the chain's counters. */
+#define A_MODIFIED 0x1
+#define A_SKIPPED 0x2
+#define A_ERROR 0x4
+#define A_DROPPED 0x8 /* counted as dropped */
+#define A_DROP 0x10   /* the packet is dropped */
+
+#define CLAMP_EGRESS 0x80000000u
+#define RESUME_MAGIC 0xa5
+
+/* One step of the chain, as the loader bakes it in (the arguments of the
+ * built-in steps in the loader's own layout, see below). */
+#define STEP_ARGS 80
+
+struct chain_step {
+	__u8 kind;
+	__u8 on_match;
+	__u8 on_miss;
+	__u8 flags;
+	__u32 prog; /* a loaded actor's index in mpsteer_steps */
+	__u8 args[STEP_ARGS];
+};
+
+/* The chain: constants for the verifier (.rodata, frozen). */
+volatile const __u32 chain_id = 0;
+volatile const __u32 chain_slot = 0; /* descriptor slot: step counters, resume */
+volatile const __u32 n_steps = 0;
+volatile const __u32 first_actor = 0;
+volatile const __u32 l2len = 0;
+volatile const __u32 needs = 0;
+volatile const struct chain_step steps[MPSTEER_MAX_STEPS] = {};
+
+/* Nonzero: this program passes every packet untouched (the chain is
+ * paused while it moves). Per program (.bss), set by the loader. */
+volatile __u32 paused = 0;
+
+/* Descriptor slot -> the chain's program (chains with loaded actors come
+ * back to it). */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, MPSTEER_MAX_CHAINS);
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, MPSTEER_SLOTS);
 	__type(key, __u32);
 	__type(value, __u32);
-} mpsteer_active SEC(".maps");
+} mpsteer_resumes SEC(".maps");
 
 /* ADD_ADDR options withheld by strip_add_addr. */
 struct withheld_key {
@@ -60,9 +129,116 @@ struct {
 	__type(value, __u32);
 } mpsteer_release_pending SEC(".maps");
 
-volatile const __u32 chain_id = 0;
+/* What the chain knows about the packet (on the stack, parsed once). */
+struct cx {
+	__u32 l3, l4, thlen, v6;
+	__u32 types; /* T_* bits (NEED_OPTS) */
+	__u32 locs;  /* first DSS (bits 0-15) and ADD_ADDR (16-31): offset from the options, length; 0xff: none */
+	__u32 iplen; /* IPv4 total length, IPv6 payload length */
+	__u32 seq;   /* subflow sequence number */
+	union {
+		struct {
+			__u32 src[4], dst[4]; /* network order (NEED_ADDRS) */
+			__u16 sport, dport;   /* network order */
+		};
+		__u32 w[9]; /* the same, as words for the match selector */
+	};
+	__u8 flags;           /* TCP flags */
+	__u8 pad[3];
+};
 
 /* ---- parsing ---------------------------------------------------------- */
+
+/* skb->data and skb->data_end, each read with one load from the context
+ * (the compiler must not derive context pointers the verifier refuses). */
+static __always_inline void *ctx_data(struct __sk_buff *skb)
+{
+	void *p;
+	asm volatile("%0 = *(u32 *)(%1 + %2)" : "=r"(p) : "r"(skb), "i"(__builtin_offsetof(struct __sk_buff, data)));
+	return p;
+}
+
+static __always_inline void *ctx_data_end(struct __sk_buff *skb)
+{
+	void *p;
+	asm volatile("%0 = *(u32 *)(%1 + %2)" : "=r"(p) : "r"(skb), "i"(__builtin_offsetof(struct __sk_buff, data_end)));
+	return p;
+}
+
+/* header points at n bytes (a constant) at offset off, read in place:
+ * headers are in the skb's linear part nearly always at TC; when not,
+ * the packet is pulled into it (contents unchanged). 0: too short. */
+static __always_inline __u8 *header(struct __sk_buff *skb, __u32 off, __u32 n)
+{
+	__u8 *p = ctx_data(skb) + off;
+	if ((void *)(p + n) <= ctx_data_end(skb))
+		return p;
+	if (off + n > skb->len || bpf_skb_pull_data(skb, off + n))
+		return 0;
+	p = ctx_data(skb) + off;
+	if ((void *)(p + n) > ctx_data_end(skb))
+		return 0;
+	return p;
+}
+
+/* parse reads IPv4/IPv6 and TCP; anything that is not a well-formed TCP
+ * segment is left alone (-1). Packet types and option places are left to
+ * the classifiers (NEED_OPTS). */
+static __always_inline int parse(struct __sk_buff *skb, struct cx *x)
+{
+	__u32 l3 = l2len & 0x3f, l4;
+	x->l3 = l3;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 *ip = header(skb, l3, 20);
+		if (!ip)
+			return -1;
+		__u32 ihl = (ip[0] & 0xf) * 4;
+		if ((ip[0] >> 4) != 4 || ihl < 20 || ip[9] != IPPROTO_TCP)
+			return -1;
+		if (*(__u16 *)(ip + 6) & bpf_htons(IP_MF | IP_OFFMASK))
+			return -1;
+		x->iplen = bpf_ntohs(*(__u16 *)(ip + 2));
+		if (needs & NEED_ADDRS) {
+			x->src[0] = *(__u32 *)(ip + 12);
+			x->dst[0] = *(__u32 *)(ip + 16);
+			x->src[1] = x->src[2] = x->src[3] = 0;
+			x->dst[1] = x->dst[2] = x->dst[3] = 0;
+		}
+		l4 = l3 + ihl;
+		x->v6 = 0;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		__u8 *ip = header(skb, l3, 40);
+		if (!ip)
+			return -1;
+		if ((ip[0] >> 4) != 6 || ip[6] != IPPROTO_TCP)
+			return -1; /* extension headers are not followed */
+		x->iplen = bpf_ntohs(*(__u16 *)(ip + 4));
+		if (needs & NEED_ADDRS) {
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				x->src[k] = *(__u32 *)(ip + 8 + 4 * k);
+				x->dst[k] = *(__u32 *)(ip + 24 + 4 * k);
+			}
+		}
+		l4 = l3 + 40;
+		x->v6 = 1;
+	} else {
+		return -1;
+	}
+	__u8 *th = header(skb, l4, 20);
+	if (!th)
+		return -1;
+	__u32 thlen = (th[12] >> 4) * 4;
+	if (thlen < 20 || l4 + thlen > skb->len)
+		return -1;
+	x->l4 = l4;
+	x->thlen = thlen;
+	x->flags = th[13];
+	x->sport = *(__u16 *)th;
+	x->dport = *(__u16 *)(th + 2);
+	x->seq = bpf_ntohl(*(__u32 *)(th + 4));
+	return 0;
+}
 
 /* byte_at reads buf[i] for a 64-byte stack buffer; the barrier keeps the
  * compiler from dropping the mask the verifier needs to bound the read. */
@@ -79,11 +255,9 @@ struct walk {
 	__u8 syn, ack;
 };
 
-/* walk_one handles the option at w->i (a bpf_loop callback: the verifier
- * checks it once instead of once per iteration and path). */
-static long walk_one(__u32 n, void *ctx)
+/* walk_step handles the option at w->i; nonzero: the walk is over. */
+static __always_inline long walk_step(struct walk *w)
 {
-	struct walk *w = ctx;
 	__u32 i = w->i;
 	if (i >= w->olen || i >= 40)
 		return 1;
@@ -149,13 +323,24 @@ static long walk_one(__u32 n, void *ctx)
 	return 0;
 }
 
-/* classify walks the TCP options once, sets the packet type bits and
- * records where the first DSS and ADD_ADDR options are (offset from the
- * options' start and length, a byte each; 0xff: none), so that steps need
- * no loops of their own. */
-static __always_inline __u32 classify(struct __sk_buff *skb, __u32 l4, __u32 thlen, __u8 flags, __u32 *locs)
+/* walk_one: walk_step as a bpf_loop callback (the verifier checks it once
+ * instead of once per iteration and path). */
+static long walk_one(__u32 n, void *ctx)
 {
-	struct walk w = {};
+	return walk_step(ctx);
+}
+
+/* mpsteer_classify walks the TCP options once, sets the packet type bits
+ * and records where the first DSS and ADD_ADDR options are (offset from
+ * the options' start and length, a byte each; 0xff: none), so that steps
+ * need no loops of their own. Only chains that need it pay for it. */
+__noinline int mpsteer_classify(struct __sk_buff *skb, struct cx *x)
+{
+	if (!x)
+		return 0;
+	struct walk w; /* opt is read only up to olen */
+	__u8 flags = x->flags;
+	w.i = w.olen = w.types = 0;
 	w.locs = 0xffffffff;
 	w.syn = (flags & TCP_SYN) != 0;
 	w.ack = (flags & TCP_ACK) != 0;
@@ -163,192 +348,97 @@ static __always_inline __u32 classify(struct __sk_buff *skb, __u32 l4, __u32 thl
 		w.types |= T_FIN;
 	if (flags & TCP_RST)
 		w.types |= T_RST;
-	__u32 olen = (thlen - 20) & 0x3f;
-	if (olen > 0 && olen <= 40 && bpf_skb_load_bytes(skb, l4 + 20, w.opt, olen) == 0) {
+	__u32 olen = (x->thlen - 20) & 0x3f;
+	if (olen > 0 && olen <= 40 && bpf_skb_load_bytes(skb, x->l4 + 20, w.opt, olen) == 0) {
 		w.olen = olen;
-		bpf_loop(40, walk_one, &w, 0);
+		/* Linux's own layout starts with NOP NOP timestamps: skip it;
+		 * the next option (often the only MPTCP one, a DSS) without a
+		 * loop, then the rest in one. */
+		if (olen >= 12 && w.opt[0] == TCPOPT_NOP && w.opt[1] == TCPOPT_NOP && w.opt[2] == 8 && w.opt[3] == 10)
+			w.i = 12;
+		if (!walk_step(&w) && w.i < olen)
+			bpf_loop(40, walk_one, &w, 0);
 	}
-	*locs = w.locs;
-	return w.types;
+	x->types = w.types;
+	x->locs = w.locs;
+	return 0;
 }
 
-/* The chain's entry: parse IPv4/IPv6 + TCP once, record offsets and the
- * packet type in skb->cb, and start the chain. Anything that is not a
- * well-formed TCP segment leaves untouched. */
-SEC("tc")
-int mpsteer_entry(struct __sk_buff *skb)
+/* classify_fast handles, in place and without a loop, the layout nearly
+ * every MPTCP segment has: an optional NOP NOP timestamps, then one DSS
+ * that ends the options. 0: done; -1: walk (mpsteer_classify). */
+static __always_inline int classify_fast(struct __sk_buff *skb, struct cx *x)
 {
-	__u32 id = chain_id;
-	__u32 *active = bpf_map_lookup_elem(&mpsteer_active, &id);
-	if (!active || *active == 0)
-		return TCX_NEXT;
-	__u32 slot = *active - 1;
-	struct mpsteer_chain *c = chain_of(slot);
-	if (!c || c->n == 0)
-		return TCX_NEXT;
-	struct mpsteer_stats *st = stats_of(id);
-	if (st) {
-		st->seen++;
-		if (!st->first_ns)
-			st->first_ns = bpf_ktime_get_ns();
+	__u8 flags = x->flags;
+	__u32 olen = x->thlen - 20;
+	if (flags & (TCP_SYN | TCP_FIN | TCP_RST))
+		return -1;
+	if (olen == 0) {
+		x->types = 0;
+		x->locs = 0xffffffff;
+		return 0;
 	}
-	__u32 l3 = c->l2len & 0x3f, l4, v6 = 0;
-	__u8 ip[40];
-	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		if (bpf_skb_load_bytes(skb, l3, ip, 20))
-			return TCX_NEXT;
-		__u32 ihl = (ip[0] & 0xf) * 4;
-		if ((ip[0] >> 4) != 4 || ihl < 20 || ip[9] != IPPROTO_TCP)
-			return TCX_NEXT;
-		__u16 frag = ((__u16)ip[6] << 8 | ip[7]) & (IP_MF | IP_OFFMASK);
-		if (frag)
-			return TCX_NEXT;
-		l4 = l3 + ihl;
-	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		if (bpf_skb_load_bytes(skb, l3, ip, 40))
-			return TCX_NEXT;
-		if ((ip[0] >> 4) != 6 || ip[6] != IPPROTO_TCP)
-			return TCX_NEXT; /* extension headers are not followed */
-		l4 = l3 + 40;
-		v6 = 1;
-	} else {
-		return TCX_NEXT;
-	}
-	__u8 th[20];
-	if (bpf_skb_load_bytes(skb, l4, th, 20))
-		return TCX_NEXT;
-	__u32 thlen = (th[12] >> 4) * 4;
-	if (thlen < 20 || l4 + thlen > skb->len)
-		return TCX_NEXT;
-	__u32 locs;
-	__u32 types = classify(skb, l4, thlen, th[13], &locs);
-	skb->cb[1] = l3 | (l4 << 8) | (v6 << 16) | ((thlen / 4) << 24);
-	skb->cb[2] = types;
-	skb->cb[3] = locs;
-	skb->cb[4] = 0;
-	return mpsteer_goto(skb, c, slot, 0);
+	__u8 *p = ctx_data(skb) + (x->l4 & 0xff) + 20, *end = ctx_data_end(skb);
+	if ((void *)(p + 16) > (void *)end)
+		return -1;
+	__u32 i = 0;
+	if (p[0] == TCPOPT_NOP && p[1] == TCPOPT_NOP && p[2] == 8 && p[3] == 10)
+		i = 12;
+	__u8 *o = p + i;
+	__u32 len = o[1];
+	if (o[0] != TCPOPT_MPTCP || (o[2] >> 4) != MPTCP_SUB_DSS || len < 4 || i + len != olen)
+		return -1;
+	__u8 f = o[3];
+	x->types = T_MPTCP | ((f & 0x04) ? T_DATA : (f & 0x01) ? T_DATA_ACK : 0);
+	x->locs = 0xffff0000 | i | (len << 8);
+	return 0;
 }
 
 /* ---- selectors -------------------------------------------------------- */
 
-/* Addresses and ports of the packet, network order. */
-struct addrs {
-	__u32 src[4], dst[4];
-	__u16 sport, dport;
-};
-
-static __always_inline int load_addrs(struct __sk_buff *skb, struct pkt *p, struct addrs *a)
-{
-	__builtin_memset(a, 0, sizeof(*a));
-	if (p->v6) {
-		if (bpf_skb_load_bytes(skb, p->l3 + 8, a->src, 16) || bpf_skb_load_bytes(skb, p->l3 + 24, a->dst, 16))
-			return -1;
-	} else {
-		if (bpf_skb_load_bytes(skb, p->l3 + 12, &a->src[0], 4) || bpf_skb_load_bytes(skb, p->l3 + 16, &a->dst[0], 4))
-			return -1;
-	}
-	__u16 ports[2];
-	if (bpf_skb_load_bytes(skb, p->l4, ports, 4))
-		return -1;
-	a->sport = ports[0];
-	a->dport = ports[1];
-	return 0;
-}
-
-/* tuple: exact addresses and ports, each optional (zero = any). */
-struct tuple_args {
+/* tuple, pair, src and dst: the loader turns each into a mask and a value
+ * for the words of the addresses and ports (in the packet's byte order);
+ * words with a zero mask are not looked at (the verifier drops them). */
+struct match_args {
 	__u8 v6;
-	__u8 has_src, has_dst;
-	__u8 pad;
-	__u16 sport, dport; /* network order; 0 = any */
-	__u32 src[4], dst[4];
+	__u8 pad[3];
+	__u32 mask[9], val[9];
 };
 
-static __always_inline int eq_addr(const __u32 *a, const __u32 *b, int v6)
+static __always_inline int sel_match(const struct cx *x, const volatile struct match_args *t)
 {
-	if (a[0] != b[0])
+	if (t->v6 != x->v6)
 		return 0;
-	if (!v6)
-		return 1;
-	return a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
-}
-
-SEC("tc")
-int sel_tuple(struct __sk_buff *skb)
-{
-	struct pkt p;
-	struct mpsteer_chain *c;
-	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
-	if (!s)
-		return TCX_NEXT;
-	struct tuple_args *t = (void *)s->args;
-	struct addrs a;
-	int m = 0;
-	if (t->v6 == p.v6 && load_addrs(skb, &p, &a) == 0) {
-		m = (!t->has_src || eq_addr(a.src, t->src, p.v6)) &&
-		    (!t->has_dst || eq_addr(a.dst, t->dst, p.v6)) &&
-		    (!t->sport || a.sport == t->sport) && (!t->dport || a.dport == t->dport);
-	}
-	return mpsteer_selected(skb, &p, c, m);
-}
-
-/* prefix: source or destination within a prefix. */
-struct prefix_args {
-	__u8 v6;
-	__u8 dst; /* 0: source, 1: destination */
-	__u8 bits;
-	__u8 pad;
-	__u32 addr[4];
-};
-
-static __always_inline int in_prefix(const __u32 *a, const __u32 *net, __u32 bits, int words)
-{
-	for (int i = 0; i < 4; i++) {
-		if (i >= words)
-			break;
-		__u32 take = bits > 32 ? 32 : bits;
-		if (take == 0)
-			return 1;
-		__u32 mask = bpf_htonl(take == 32 ? 0xffffffff : ~(0xffffffffu >> take));
-		if ((a[i] & mask) != (net[i] & mask))
+#pragma unroll
+	for (int k = 0; k < 9; k++) {
+		if (t->mask[k] && (x->w[k] & t->mask[k]) != t->val[k])
 			return 0;
-		bits -= take;
 	}
 	return 1;
 }
 
-SEC("tc")
-int sel_prefix(struct __sk_buff *skb)
-{
-	struct pkt p;
-	struct mpsteer_chain *c;
-	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
-	if (!s)
-		return TCX_NEXT;
-	struct prefix_args *t = (void *)s->args;
-	struct addrs a;
-	int m = 0;
-	if (t->v6 == p.v6 && load_addrs(skb, &p, &a) == 0)
-		m = in_prefix(t->dst ? a.dst : a.src, t->addr, t->bits, p.v6 ? 4 : 1);
-	return mpsteer_selected(skb, &p, c, m);
-}
-
 /* seq: subflow sequence number (kind 0) or DSS data sequence number
- * (kind 1) in [lo, hi), with wrap-around. */
+ * (kind 1) in [lo, hi), with wrap-around; span = the range's size on the
+ * 32-bit circle, wide = hi - lo (both from the loader). */
 struct seq_args {
 	__u32 kind;
-	__u32 pad;
+	__u32 lo32;
 	__u64 lo, hi;
+	__u64 span; /* 2^32 or more: every number */
+	__u64 wide;
 };
 
-/* dss_dsn finds the data sequence number of a DSS mapping. */
-static __always_inline int dss_dsn(struct __sk_buff *skb, struct pkt *p, __u64 *dsn, int *wide)
+/* mpsteer_dsn finds the data sequence number of a DSS mapping: -1 none,
+ * 0 a 32-bit DSN, 1 a 64-bit one. */
+__noinline int mpsteer_dsn(struct __sk_buff *skb, struct cx *x, __u64 *dsn)
 {
-	__u32 at = skb->cb[3] & 0xff, n = (skb->cb[3] >> 8) & 0x1f;
+	if (!x || !dsn)
+		return -1;
+	__u32 at = x->locs & 0xff, n = (x->locs >> 8) & 0x1f;
 	if (at == 0xff || n < 4)
 		return -1;
 	__u8 d[32] = {};
-	if (bpf_skb_load_bytes(skb, p->l4 + 20 + (at & 0x3f), d, n))
+	if (bpf_skb_load_bytes(skb, x->l4 + 20 + (at & 0x3f), d, n))
 		return -1;
 	__u8 f = d[3];
 	if (!(f & 0x04))
@@ -356,8 +446,8 @@ static __always_inline int dss_dsn(struct __sk_buff *skb, struct pkt *p, __u64 *
 	__u32 off = 4;
 	if (f & 0x01)
 		off += (f & 0x02) ? 8 : 4;
-	*wide = (f & 0x08) != 0;
-	__u32 bytes = *wide ? 8 : 4;
+	int wide = (f & 0x08) != 0;
+	__u32 bytes = wide ? 8 : 4;
 	if (off + bytes > n)
 		return -1;
 	__u64 v = 0;
@@ -367,138 +457,65 @@ static __always_inline int dss_dsn(struct __sk_buff *skb, struct pkt *p, __u64 *
 		v = (v << 8) | d[(off + k) & 0x1f];
 	}
 	*dsn = v;
-	return 0;
+	return wide;
 }
 
-/* v in [lo, hi) on the 32-bit circle; lo > hi wraps, and a range of
- * 2^32 or more holds every number. */
-static __always_inline int in_range32(__u32 v, __u64 lo, __u64 hi)
+static __always_inline int sel_seq(struct __sk_buff *skb, struct cx *x, const volatile struct seq_args *t)
 {
-	__u64 span = hi >= lo ? hi - lo : hi + (1ULL << 32) - lo;
-	return (__u64)(__u32)(v - (__u32)lo) < span;
-}
-
-SEC("tc")
-int sel_seq(struct __sk_buff *skb)
-{
-	struct pkt p;
-	struct mpsteer_chain *c;
-	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
-	if (!s)
-		return TCX_NEXT;
-	struct seq_args *t = (void *)s->args;
-	int m = 0;
-	if (t->kind == 0) {
-		__u32 seq;
-		if (bpf_skb_load_bytes(skb, p.l4 + 4, &seq, 4) == 0) {
-			m = in_range32(bpf_ntohl(seq), t->lo, t->hi);
-		}
-	} else {
-		__u64 dsn;
-		int wide = 0;
-		if (dss_dsn(skb, &p, &dsn, &wide) == 0) {
-			if (wide)
-				m = (dsn - t->lo) < (t->hi - t->lo);
-			else
-				m = in_range32((__u32)dsn, t->lo, t->hi);
-		}
-	}
-	return mpsteer_selected(skb, &p, c, m);
-}
-
-/* type: any of the packet types in the mask. */
-SEC("tc")
-int sel_type(struct __sk_buff *skb)
-{
-	struct pkt p;
-	struct mpsteer_chain *c;
-	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
-	if (!s)
-		return TCX_NEXT;
-	__u32 mask = *(__u32 *)s->args;
-	return mpsteer_selected(skb, &p, c, (p.types & mask) != 0);
+	if (t->kind == 0)
+		return (__u64)(__u32)(x->seq - t->lo32) < t->span;
+	__u64 dsn = 0;
+	int wide = mpsteer_dsn(skb, x, &dsn);
+	if (wide < 0)
+		return 0;
+	if (wide)
+		return (dsn - t->lo) < t->wide;
+	return (__u64)(__u32)((__u32)dsn - t->lo32) < t->span;
 }
 
 /* ---- actors ----------------------------------------------------------- */
-
-SEC("tc")
-int act_drop(struct __sk_buff *skb)
-{
-	struct pkt p;
-	struct mpsteer_chain *c;
-	if (mpsteer_this(skb, &p, &c))
-		mpsteer_count(c, 1);
-	return TCX_DROP;
-}
 
 struct mark_args {
 	__u32 mark, priority;
 	__u8 set_mark, set_priority;
 };
 
-SEC("tc")
-int act_mark(struct __sk_buff *skb)
+/* account counts what an actor did; nonzero: drop the packet. */
+static __always_inline int account(struct mpsteer_stats *st, int r)
 {
-	struct pkt p;
-	struct mpsteer_chain *c;
-	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
-	if (!s)
-		return TCX_NEXT;
-	struct mark_args *a = (void *)s->args;
-	if (a->set_mark)
-		skb->mark = a->mark;
-	if (a->set_priority)
-		skb->priority = a->priority; /* a tc classid: HTB classifies by it */
-	return mpsteer_goto(skb, c, p.slot, p.step + 1);
-}
-
-SEC("tc")
-int act_count(struct __sk_buff *skb)
-{
-	struct pkt p;
-	struct mpsteer_chain *c;
-	if (!mpsteer_this(skb, &p, &c))
-		return TCX_NEXT;
-	__u32 key = p.slot * MPSTEER_MAX_STEPS + p.step;
-	__u64 *v = bpf_map_lookup_elem(&mpsteer_step_count, &key);
-	if (v) {
-		v[0]++;
-		v[1] += skb->len;
-	}
-	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+	if (!r || !st)
+		return 0;
+	if (r & A_MODIFIED)
+		st->modified++;
+	if (r & A_SKIPPED)
+		st->skipped++;
+	if (r & A_ERROR)
+		st->errors++;
+	if (r & A_DROPPED)
+		st->dropped++;
+	return r & A_DROP;
 }
 
 /* The local TCP socket this packet belongs to (ingress: the packet is for
  * it; egress: it comes from it). The caller releases it. */
-static __always_inline struct bpf_sock *local_sock(struct __sk_buff *skb, struct pkt *p, int egress)
+static __always_inline struct bpf_sock *local_sock(struct __sk_buff *skb, struct cx *x, int egress)
 {
-	struct addrs a;
-	if (load_addrs(skb, p, &a))
-		return 0;
 	struct bpf_sock_tuple t = {};
 	__u32 size;
-	if (p->v6) {
-		__builtin_memcpy(t.ipv6.saddr, egress ? a.dst : a.src, 16);
-		__builtin_memcpy(t.ipv6.daddr, egress ? a.src : a.dst, 16);
-		t.ipv6.sport = egress ? a.dport : a.sport;
-		t.ipv6.dport = egress ? a.sport : a.dport;
+	if (x->v6) {
+		__builtin_memcpy(t.ipv6.saddr, egress ? x->dst : x->src, 16);
+		__builtin_memcpy(t.ipv6.daddr, egress ? x->src : x->dst, 16);
+		t.ipv6.sport = egress ? x->dport : x->sport;
+		t.ipv6.dport = egress ? x->sport : x->dport;
 		size = sizeof(t.ipv6);
 	} else {
-		t.ipv4.saddr = egress ? a.dst[0] : a.src[0];
-		t.ipv4.daddr = egress ? a.src[0] : a.dst[0];
-		t.ipv4.sport = egress ? a.dport : a.sport;
-		t.ipv4.dport = egress ? a.sport : a.dport;
+		t.ipv4.saddr = egress ? x->dst[0] : x->src[0];
+		t.ipv4.daddr = egress ? x->src[0] : x->dst[0];
+		t.ipv4.sport = egress ? x->dport : x->sport;
+		t.ipv4.dport = egress ? x->sport : x->dport;
 		size = sizeof(t.ipv4);
 	}
 	return bpf_sk_lookup_tcp(skb, &t, size, BPF_F_CURRENT_NETNS, 0);
-}
-
-/* Rewrite a 16-bit word of the TCP header, keeping the checksum right. */
-static __always_inline int tcp_store16(struct __sk_buff *skb, struct pkt *p, __u32 off, __u16 oldv, __u16 newv)
-{
-	if (bpf_l4_csum_replace(skb, p->l4 + 16, oldv, newv, 2))
-		return -1;
-	return bpf_skb_store_bytes(skb, p->l4 + off, &newv, 2, 0);
 }
 
 /* clamp_rwnd: lower the receive window advertised in the packet so that
@@ -510,29 +527,25 @@ struct clamp_args {
 	__u32 egress;
 };
 
-SEC("tc")
-int act_clamp_rwnd(struct __sk_buff *skb)
+static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64 rate, __u32 window, __u32 egress)
 {
-	struct pkt p;
-	struct mpsteer_chain *c;
-	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
-	if (!s)
-		return TCX_NEXT;
-	struct clamp_args *a = (void *)s->args;
-	__u8 th[16];
-	if (bpf_skb_load_bytes(skb, p.l4, th, 16))
-		goto skip;
-	if (th[13] & TCP_SYN)
-		goto next; /* SYN windows are not scaled: never touched */
-	struct bpf_sock *sk = local_sock(skb, &p, a->egress);
+	/* flags and window, read from the packet (an earlier step may have
+	 * changed them) */
+	__u8 *th = header(skb, (x->l4 & 0xff) + 12, 4);
+	if (!th)
+		return A_SKIPPED;
+	if (th[1] & TCP_SYN)
+		return 0; /* SYN windows are not scaled: never touched */
+	__u16 old = (__u16)th[2] << 8 | th[3];
+	struct bpf_sock *sk = local_sock(skb, x, egress);
 	if (!sk)
-		goto skip;
+		return A_SKIPPED;
 	__u32 wscale = 0, srtt = 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	if (tp) {
 		/* Ingress: the peer's window, scaled by its shift (our
 		 * snd_wscale). Egress: ours, scaled by rcv_wscale. */
-		if (a->egress)
+		if (egress)
 			wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
 		else
 			wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.snd_wscale);
@@ -540,33 +553,52 @@ int act_clamp_rwnd(struct __sk_buff *skb)
 	}
 	bpf_sk_release(sk);
 	if (!tp)
-		goto skip;
-	__u64 want = a->window;
-	if (a->rate) {
+		return A_SKIPPED;
+	__u64 want = window;
+	if (rate) {
 		if (!srtt)
-			goto skip;
-		want = a->rate * srtt / 1000000;
+			return A_SKIPPED;
+		want = rate * srtt / 1000000;
 		if (want < 1448)
 			want = 1448;
 	}
-	__u16 old = (__u16)th[14] << 8 | th[15];
 	__u64 scaled = (want + (1u << wscale) - 1) >> wscale;
 	if (scaled == 0)
 		scaled = 1;
 	if (scaled >= old)
-		goto next; /* only ever lower it */
-	if (tcp_store16(skb, &p, 14, bpf_htons(old), bpf_htons((__u16)scaled)))
-		goto skip;
-	mpsteer_count(c, 0);
-	goto next;
-skip:
-	mpsteer_count(c, 2);
-next:
-	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+		return 0; /* only ever lower it */
+	__u16 oldv = bpf_htons(old), newv = bpf_htons((__u16)scaled);
+	if (bpf_l4_csum_replace(skb, x->l4 + 16, oldv, newv, 2))
+		return A_SKIPPED;
+	if (bpf_skb_store_bytes(skb, x->l4 + 14, &newv, 2, 0))
+		return A_SKIPPED;
+	return A_MODIFIED;
+}
+
+/* The big actors are global functions: the verifier checks each once per
+ * chain that uses it, whatever the number of steps that call it. They
+ * count what they did; nonzero: drop the packet. */
+__noinline int mpsteer_clamp(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st, __u64 rate, __u32 window)
+{
+	if (!x)
+		return 0;
+	return account(st, clamp_rwnd(skb, x, rate, window & ~CLAMP_EGRESS, (window & CLAMP_EGRESS) != 0));
+}
+
+/* csum32 adds the 16-bit words of 32 bytes to a one's-complement sum, as
+ * bpf_csum_diff would (words as loaded). Zero bytes add nothing, so an
+ * option zero-padded to 32 bytes needs no length (and the verifier no
+ * branch per word). */
+static __always_inline __u32 csum32(__u32 sum, const __u8 *b)
+{
+#pragma unroll
+	for (int q = 0; q < 32; q += 2)
+		sum += *(const __u16 *)(b + q);
+	return sum;
 }
 
 /* insert_opt grows the TCP header by len (a multiple of 4, at most 32)
- * and writes opt at its end.
+ * and writes opt (32 bytes, zero after len) at its end.
  *
  * A segment without payload (a pure ACK) grows at its tail with
  * bpf_skb_change_tail: the new bytes are exactly where the options end,
@@ -576,123 +608,143 @@ next:
  * only right on ingress (the stack resets the transport header of a
  * packet it receives), so egress data segments are not touched.
  *
- * Then the lengths and checksums: IP total length (and IPv4 header
+ * The new header (data offset and the option) is written in one store;
+ * then the lengths and checksums: IP total length (and IPv4 header
  * checksum) or IPv6 payload length, and the TCP checksum for the
- * pseudo-header length, the data-offset word and the new bytes, all with
- * the kernel's helpers, which handle every skb->ip_summed state. */
-static __always_inline int insert_opt(struct __sk_buff *skb, struct pkt *p, __u8 *opt, __u32 len, int egress)
+ * pseudo-header length and for the data-offset word and the new bytes
+ * (one difference, summed here), with the kernel's helpers, which handle
+ * every skb->ip_summed state. */
+static __always_inline int insert_opt(struct __sk_buff *skb, struct cx *x, __u8 *opt, __u32 len, int egress)
 {
-	__u32 thlen = p->thlen & 0x3c;
+	__u32 thlen = x->thlen & 0x3c;
 	len &= 0x3c;
 	if (len == 0 || len > 32 || thlen + len > 60 || thlen < 20)
 		return -1;
-	__u8 hdr[60];
-	if (bpf_skb_load_bytes(skb, p->l4, hdr, thlen))
+	__u32 l3 = x->l3 & 0xff, l4 = x->l4 & 0xff;
+	__u8 hdr[96];
+	if (bpf_skb_load_bytes(skb, l4, hdr, thlen))
 		return -1;
-	__u16 iplen; /* IPv4 total length, IPv6 payload length */
-	if (bpf_skb_load_bytes(skb, p->l3 + (p->v6 ? 4 : 2), &iplen, 2))
+	if ((hdr[12] >> 4) * 4 != thlen)
 		return -1;
-	__u32 l4len = bpf_ntohs(iplen) - (p->v6 ? 0 : (p->l4 - p->l3));
+	__u32 iplen = x->iplen;
+	__u32 l4len = iplen - (x->v6 ? 0 : (l4 - l3));
 	__u32 payload = l4len - thlen;
 	if (payload > 0xffff)
 		return -1;
+	__u16 oldw = *(__u16 *)(hdr + 12);
+	hdr[12] = (((thlen + len) / 4) << 4) | (hdr[12] & 0x0f);
+	__u16 neww = *(__u16 *)(hdr + 12);
+	__builtin_memcpy(hdr + (thlen & 0x3c), opt, 32); /* the bytes past len are not stored */
 	if (payload == 0) {
-		__u32 end = p->l4 + thlen;
-		if (bpf_skb_change_tail(skb, end + len, 0))
+		if (bpf_skb_change_tail(skb, l4 + thlen + len, 0))
 			return -1;
+		/* the data offset up to the end of the new option */
+		__u32 n = thlen + len - 12;
+		if (n > 48)
+			return -1;
+		if (bpf_skb_store_bytes(skb, l4 + 12, hdr + 12, n, 0))
+			return -4;
 	} else {
-		if (egress || (!p->v6 && p->l4 - p->l3 != 20))
+		if (egress || (!x->v6 && l4 - l3 != 20))
 			return -1; /* see above; and IPv4 options would be split */
 		if (bpf_skb_adjust_room(skb, len, BPF_ADJ_ROOM_NET, 0))
 			return -1;
-		if (bpf_skb_store_bytes(skb, p->l4, hdr, thlen, 0))
+		if (bpf_skb_store_bytes(skb, l4, hdr, thlen + len, 0))
 			return -3;
 	}
-	if (bpf_skb_store_bytes(skb, p->l4 + thlen, opt, len, 0))
-		return -4;
-	__u16 oldw = bpf_htons((__u16)hdr[12] << 8 | hdr[13]);
-	__u16 neww = bpf_htons((((thlen + len) / 4) << 12) | ((__u16)(hdr[12] & 0x0f) << 8) | hdr[13]);
-	if (bpf_skb_store_bytes(skb, p->l4 + 12, &neww, 2, 0))
-		return -5;
-	__u16 niplen = bpf_htons(bpf_ntohs(iplen) + len);
-	if (bpf_skb_store_bytes(skb, p->l3 + (p->v6 ? 4 : 2), &niplen, 2, 0))
-		return -6;
-	if (p->v6) {
-		__be32 from = bpf_htonl(l4len), to = bpf_htonl(l4len + len);
-		__s64 d = bpf_csum_diff(&from, 4, &to, 4, 0);
-		if (d < 0 || bpf_l4_csum_replace(skb, p->l4 + 16, 0, d, BPF_F_PSEUDO_HDR | BPF_F_IPV6))
+	__u16 oldl = bpf_htons(iplen), newl = bpf_htons(iplen + len);
+	if (x->v6) {
+		if (bpf_skb_store_bytes(skb, l3 + 4, &newl, 2, 0))
+			return -6;
+		/* the pseudo-header's 32-bit length */
+		__u32 d = (__u16)~bpf_htons(l4len >> 16) + (__u16)~bpf_htons(l4len & 0xffff) +
+			  bpf_htons((l4len + len) >> 16) + bpf_htons((l4len + len) & 0xffff);
+		if (bpf_l4_csum_replace(skb, l4 + 16, 0, d, BPF_F_PSEUDO_HDR | BPF_F_IPV6))
 			return -7;
 	} else {
-		if (bpf_l3_csum_replace(skb, p->l3 + 10, iplen, niplen, 2))
+		/* total length and header checksum (RFC 1624), one store */
+		__u8 *ip = header(skb, l3, 20);
+		if (!ip)
+			return -6;
+		__u8 b[10];
+		__builtin_memcpy(b, ip + 2, 10);
+		__u32 c = (__u16)~*(__u16 *)(b + 8) + (__u16)~oldl + newl;
+		c = (c & 0xffff) + (c >> 16);
+		c = (c & 0xffff) + (c >> 16);
+		*(__u16 *)b = newl;
+		*(__u16 *)(b + 8) = ~c;
+		if (bpf_skb_store_bytes(skb, l3 + 2, b, 10, 0))
 			return -8;
-		if (bpf_l4_csum_replace(skb, p->l4 + 16, bpf_htons(l4len), bpf_htons(l4len + len), 2 | BPF_F_PSEUDO_HDR))
+		if (bpf_l4_csum_replace(skb, l4 + 16, bpf_htons(l4len), bpf_htons(l4len + len), 2 | BPF_F_PSEUDO_HDR))
 			return -9;
 	}
-	if (bpf_l4_csum_replace(skb, p->l4 + 16, oldw, neww, 2))
+	__u32 diff = (__u16)~oldw + neww;
+	diff = csum32(diff, opt);
+	if (bpf_l4_csum_replace(skb, l4 + 16, 0, diff, 0))
 		return -10;
-	__s64 diff = bpf_csum_diff(0, 0, (__be32 *)opt, len, 0);
-	if (diff < 0 || bpf_l4_csum_replace(skb, p->l4 + 16, 0, diff, 0))
-		return -11;
+	x->thlen = thlen + len;
+	x->iplen = iplen + len;
 	return 0;
 }
 
-/* The MPTCP subflow context of a TCP socket (CO-RE: its ULP data). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/* The MPTCP subflow context of a TCP socket (its ULP data), as a typed
+ * read-only pointer: its fields are then read directly (CO-RE), without
+ * a bpf_probe_read_kernel call each. */
 static __always_inline struct mptcp_subflow_context *subflow_ctx(struct tcp_sock *tp)
 {
-	struct inet_connection_sock *icsk = (struct inet_connection_sock *)tp;
-	return (struct mptcp_subflow_context *)BPF_CORE_READ(icsk, icsk_ulp_data);
+	void *ulp = tp->inet_conn.icsk_ulp_data;
+	if (!ulp)
+		return 0;
+	return bpf_rdonly_cast(ulp, bpf_core_type_id_kernel(struct mptcp_subflow_context));
 }
 
 /* set_backup / clear_backup: add MP_PRIO to an incoming ACK of the
  * subflow, so that the local stack marks it backup (or not), as if the
  * peer had asked (the eMPTCP paper's set_flow_prio). The packet is only
  * touched while the subflow's flag differs from the wanted one. */
-SEC("tc")
-int act_set_backup(struct __sk_buff *skb)
+static __always_inline int set_backup(struct __sk_buff *skb, struct cx *x, __u32 want, __u32 force)
 {
-	struct pkt p;
-	struct mpsteer_chain *c;
-	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
-	if (!s)
-		return TCX_NEXT;
-	__u8 want = s->args[0] ? 1 : 0, force = s->args[1];
-	__u8 th[14];
-	if (bpf_skb_load_bytes(skb, p.l4, th, 14) || (th[13] & (TCP_SYN | TCP_RST)) || !(th[13] & TCP_ACK))
-		goto next;
+	if ((x->flags & (TCP_SYN | TCP_RST)) || !(x->flags & TCP_ACK))
+		return 0;
+	want = want ? 1 : 0;
 	int have = -1;
-	struct bpf_sock *sk = local_sock(skb, &p, 0);
+	struct bpf_sock *sk = local_sock(skb, x, 0);
 	if (sk) {
 		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 		if (tp && tp->is_mptcp) {
 			struct mptcp_subflow_context *sf = subflow_ctx(tp);
 			if (sf)
-				have = BPF_CORE_READ_BITFIELD_PROBED(sf, backup);
+				have = BPF_CORE_READ_BITFIELD(sf, backup);
 		}
 		bpf_sk_release(sk);
 	}
 	if (have == want)
-		goto next;
+		return 0;
 	if (have < 0 && !force)
-		goto skip; /* no local MPTCP subflow to tell */
-	__u8 opt[4] = {TCPOPT_NOP, TCPOPT_MPTCP, 3, (MPTCP_SUB_PRIO << 4) | want};
-	int err = insert_opt(skb, &p, opt, 4, 0);
+		return A_SKIPPED; /* no local MPTCP subflow to tell */
+	__u8 opt[32] = {TCPOPT_NOP, TCPOPT_MPTCP, 3, (MPTCP_SUB_PRIO << 4) | want};
+	int err = insert_opt(skb, x, opt, 4, 0);
 	if (err == -1)
-		goto skip;
+		return A_SKIPPED;
 	if (err)
-		return TCX_DROP; /* half-rewritten: never let a broken packet go */
-	mpsteer_count(c, 0);
-	goto next;
-skip:
-	mpsteer_count(c, 2);
-next:
-	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+		return A_ERROR | A_DROPPED | A_DROP; /* half-rewritten: never let a broken packet go */
+	return A_MODIFIED;
+}
+
+__noinline int mpsteer_backup(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st, __u32 want, __u32 force)
+{
+	if (!x)
+		return 0;
+	return account(st, set_backup(skb, x, want, force));
 }
 
 /* strip_add_addr: withhold ADD_ADDR options and keep them, so they can
- * be put back later (`mpsteer chain release`). A kept
- * option marked for release goes back into the next packet of its
- * subflow (its HMAC does not depend on the packet). */
-static __always_inline int release_one(struct __sk_buff *skb, struct pkt *p, struct withheld_key *k)
+ * be put back later (`mpsteer chain release`). A kept option marked for
+ * release goes back into the next packet of its subflow (its HMAC does
+ * not depend on the packet). */
+static __always_inline int release_one(struct __sk_buff *skb, struct cx *x, struct withheld_key *k)
 {
 	struct withheld_val *w = 0;
 	__u32 id;
@@ -710,11 +762,15 @@ static __always_inline int release_one(struct __sk_buff *skb, struct pkt *p, str
 	__u32 n = w->len;
 	if (n > 30 || n < 8)
 		return 0;
+	/* NOPs up to a multiple of 4 (at most 3); zeros after */
 	__u32 padded = (n + 3) & 0x3c;
-	for (__u32 q = 0; q < 32; q++)
-		if (q >= n && q < padded)
-			buf[q & 0x1f] = TCPOPT_NOP;
-	int err = insert_opt(skb, p, buf, padded, 0);
+	if (n < padded)
+		buf[n & 0x1f] = TCPOPT_NOP;
+	if (n + 1 < padded)
+		buf[(n + 1) & 0x1f] = TCPOPT_NOP;
+	if (n + 2 < padded)
+		buf[(n + 2) & 0x1f] = TCPOPT_NOP;
+	int err = insert_opt(skb, x, buf, padded, 0);
 	if (err == -1)
 		return -1; /* no room in this one: the next packet */
 	if (err)
@@ -723,103 +779,272 @@ static __always_inline int release_one(struct __sk_buff *skb, struct pkt *p, str
 	return 1;
 }
 
-SEC("tc")
-int act_strip_add_addr(struct __sk_buff *skb)
+/* The withheld options' key for this packet's subflow. */
+static __always_inline void withheld_key_of(struct cx *x, struct withheld_key *k)
 {
-	struct pkt p;
-	struct mpsteer_chain *c;
-	struct mpsteer_step *s = mpsteer_this(skb, &p, &c);
-	if (!s)
-		return TCX_NEXT;
-	if (!(p.types & T_ADD_ADDR)) {
-		__u32 cid = c->id;
-		__u32 *pending = bpf_map_lookup_elem(&mpsteer_release_pending, &cid);
-		if (!pending || !*pending)
-			goto next; /* nothing to put back: the common case */
-	}
-	struct addrs ad;
-	if (load_addrs(skb, &p, &ad))
-		goto next;
-	struct withheld_key k = {};
-	k.chain = c->id;
-	k.v6 = p.v6;
-	__builtin_memcpy(k.saddr, ad.src, 16);
-	__builtin_memcpy(k.daddr, ad.dst, 16);
-	k.sport = ad.sport;
-	k.dport = ad.dport;
+	__builtin_memset(k, 0, sizeof(*k));
+	k->chain = chain_id;
+	k->v6 = x->v6;
+	__builtin_memcpy(k->saddr, x->src, 16);
+	__builtin_memcpy(k->daddr, x->dst, 16);
+	k->sport = x->sport;
+	k->dport = x->dport;
+}
 
-	if (!(p.types & T_ADD_ADDR)) {
-		/* Any segment of the subflow can carry it back: the stack parses
-		 * MPTCP options on every one (pure ACKs often carry none). */
-		if (!(p.types & (T_FIN | T_RST))) {
-			int r = release_one(skb, &p, &k);
-			if (r <= -2) {
-				mpsteer_count(c, 3); /* errors */
-				mpsteer_count(c, 1);
-				return TCX_DROP; /* half-rewritten: never let it go */
-			}
-			if (r > 0)
-				mpsteer_count(c, 0);
-			if (r == -1)
-				mpsteer_count(c, 2); /* no room: the next packet */
-		}
-		goto next;
-	}
-	__u32 at = (skb->cb[3] >> 16) & 0xff, len = (skb->cb[3] >> 24) & 0x1f;
+/* A packet without ADD_ADDR of a chain with options marked for release. */
+static __always_inline int release_add_addr(struct __sk_buff *skb, struct cx *x)
+{
+	/* Any segment of the subflow can carry it back: the stack parses
+	 * MPTCP options on every one (pure ACKs often carry none). */
+	if (x->types & (T_FIN | T_RST))
+		return 0;
+	struct withheld_key k;
+	withheld_key_of(x, &k);
+	int r = release_one(skb, x, &k);
+	if (r <= -2)
+		return A_ERROR | A_DROPPED | A_DROP; /* half-rewritten: never let it go */
+	if (r > 0)
+		return A_MODIFIED;
+	if (r == -1)
+		return A_SKIPPED; /* no room: the next packet */
+	return 0;
+}
+
+/* A packet with ADD_ADDR: withhold it. */
+static __always_inline int strip_add_addr(struct __sk_buff *skb, struct cx *x)
+{
+	struct withheld_key k;
+	withheld_key_of(x, &k);
+	__u32 at = (x->locs >> 16) & 0xff, len = (x->locs >> 24) & 0x1f;
 	if (at == 0xff || len < 8 || len > 30)
-		goto next;
+		return 0;
 	__u32 i = at & 0x3f;
 	__u8 opt[32] = {};
-	if (bpf_skb_load_bytes(skb, p.l4 + 20 + i, opt, len))
-		goto skip;
+	if (bpf_skb_load_bytes(skb, x->l4 + 20 + i, opt, len))
+		return A_SKIPPED;
 	k.addr_id = opt[3];
 	struct withheld_val *old = bpf_map_lookup_elem(&mpsteer_withheld, &k);
 	if (old && old->release)
-		goto next; /* released: it may pass */
-	struct withheld_val w = {};
-	w.ns = bpf_ktime_get_ns();
-	w.len = len;
-	__builtin_memcpy(w.opt, opt, 32);
-	bpf_map_update_elem(&mpsteer_withheld, &k, &w, BPF_ANY);
+		return 0; /* released: it may pass */
+	if (old) {
+		/* withheld before (the peer repeats an ADD_ADDR until it is
+		 * echoed): the latest copy, in place */
+		old->ns = bpf_ktime_get_ns();
+		old->len = len;
+		__builtin_memcpy(old->opt, opt, 32);
+	} else {
+		struct withheld_val w = {};
+		w.ns = bpf_ktime_get_ns();
+		w.len = len;
+		__builtin_memcpy(w.opt, opt, 32);
+		bpf_map_update_elem(&mpsteer_withheld, &k, &w, BPF_ANY);
+	}
 	/* A packet with no DSS is the kernel's pure ACK made for the
 	 * announcement (it leaves the DSS out to make room). Dropping it is
 	 * harmless, the next ACK says the same, while a copy with the option
 	 * blanked would be a packet without any MPTCP option: on a connection
 	 * that is not yet fully established the peer then falls back to plain
 	 * TCP. */
-	if (!(p.types & (T_DATA | T_DATA_ACK))) {
-		mpsteer_count(c, 0);
-		return TCX_DROP;
-	}
+	if (!(x->types & (T_DATA | T_DATA_ACK)))
+		return A_MODIFIED | A_DROP;
 	/* Otherwise NOPs over a 4-byte aligned span of the header (checksum
 	 * words start at even offsets); the checksum is fixed by the
 	 * difference. */
 	__u32 start = (20 + i) & ~3u, end = (20 + i + len + 3) & ~3u;
 	__u32 span = (end - start) & 0x3c;
-	if (span == 0 || span > 40 || start < 20 || end > p.thlen)
-		goto skip;
-	__u8 before[40] = {}, after[40] = {};
-	if (bpf_skb_load_bytes(skb, p.l4 + start, before, span))
-		goto skip;
-	__u32 from = i + 20 - start; /* option start within the span */
-	for (__u32 q = 0; q < 40; q++) {
-		if (q >= span)
-			break;
-		__u32 o = q - from;
-		after[q] = (q < from || o >= len) ? before[q] : TCPOPT_NOP;
-	}
+	if (span == 0 || span > 40 || start < 20 || end > x->thlen)
+		return A_SKIPPED;
+	__u8 before[72] = {}, after[72];
+	if (bpf_skb_load_bytes(skb, x->l4 + start, before, span))
+		return A_SKIPPED;
+	__u32 from = (i + 20 - start) & 3; /* option start within the span */
+	barrier_var(from); /* an addition below, not an OR the verifier refuses */
+	__u32 past = from + len; /* at most 33 */
+	if (past > 40)
+		return A_SKIPPED;
+	/* after: before with NOPs over [from, from + len), without a branch
+	 * per byte: 32 NOPs from `from`, then before again from the end of
+	 * the option */
+	__builtin_memcpy(after, before, 72);
+	__builtin_memset(after + from, TCPOPT_NOP, 32);
+	__builtin_memcpy(after + past, before + past, 32);
 	__s64 diff = bpf_csum_diff((__be32 *)before, span, (__be32 *)after, span, 0);
 	if (diff < 0)
-		goto skip;
-	if (bpf_skb_store_bytes(skb, p.l4 + start, after, span, 0) || bpf_l4_csum_replace(skb, p.l4 + 16, 0, diff, 0))
-		return TCX_DROP;
-	skb->cb[3] |= 0xffff0000; /* the ADD_ADDR is gone */
-	mpsteer_count(c, 0);
-	goto next;
-skip:
-	mpsteer_count(c, 2);
-next:
-	return mpsteer_goto(skb, c, p.slot, p.step + 1);
+		return A_SKIPPED;
+	if (bpf_skb_store_bytes(skb, x->l4 + start, after, span, 0) || bpf_l4_csum_replace(skb, x->l4 + 16, 0, diff, 0))
+		return A_DROP;
+	x->locs |= 0xffff0000; /* the ADD_ADDR is gone */
+	return A_MODIFIED;
+}
+
+__noinline int mpsteer_strip(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st)
+{
+	if (!x)
+		return 0;
+	return account(st, strip_add_addr(skb, x));
+}
+
+__noinline int mpsteer_release(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st)
+{
+	if (!x)
+		return 0;
+	return account(st, release_add_addr(skb, x));
+}
+
+/* ---- the chain -------------------------------------------------------- */
+
+/* run_steps runs the chain from step `start`. Both loops are unrolled:
+ * step i's kind and arguments are constants, so each iteration keeps only
+ * its own step's code (or none), and jumps between selectors are plain
+ * branches. Selectors come first (steps before first_actor), then the
+ * actors, one after another. */
+static __always_inline int run_steps(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st, __u32 start)
+{
+	__u32 cur = start;
+#pragma clang loop unroll(full)
+	for (__u32 i = 0; i < MPSTEER_MAX_STEPS; i++) {
+		if (i >= first_actor || i >= n_steps)
+			break;
+		if (cur != i)
+			continue;
+		const volatile struct chain_step *s = &steps[i];
+		int m = 0;
+		__u8 kind = s->kind;
+		if (kind == K_TUPLE || kind == K_PREFIX)
+			m = sel_match(x, (const volatile void *)s->args);
+		else if (kind == K_SEQ)
+			m = sel_seq(skb, x, (const volatile void *)s->args);
+		else if (kind == K_TYPE)
+			m = (x->types & *(const volatile __u32 *)s->args) != 0;
+		if (s->flags & STEP_NEGATE)
+			m = !m;
+		__u32 next = m ? s->on_match : s->on_miss;
+		if (next == STEP_NONE)
+			return TCX_NEXT;
+		cur = next;
+	}
+	if (cur == first_actor) {
+		st->selected++;
+		st->bytes += skb->len;
+	}
+#pragma clang loop unroll(full)
+	for (__u32 i = 0; i < MPSTEER_MAX_STEPS; i++) {
+		if (i >= n_steps)
+			break;
+		if (i < first_actor || i < cur)
+			continue;
+		const volatile struct chain_step *s = &steps[i];
+		__u8 kind = s->kind;
+		int r = 0;
+		if (kind == K_DROP) {
+			st->dropped++;
+			return TCX_DROP;
+		} else if (kind == K_MARK) {
+			const volatile struct mark_args *a = (const volatile void *)s->args;
+			if (a->set_mark)
+				skb->mark = a->mark;
+			if (a->set_priority)
+				skb->priority = a->priority; /* a tc classid: HTB classifies by it */
+		} else if (kind == K_COUNT) {
+			__u32 key = chain_slot * MPSTEER_MAX_STEPS + i;
+			__u64 *v = bpf_map_lookup_elem(&mpsteer_step_count, &key);
+			if (v) {
+				v[0]++;
+				v[1] += skb->len;
+			}
+		} else if (kind == K_CLAMP) {
+			const volatile struct clamp_args *a = (const volatile void *)s->args;
+			r = mpsteer_clamp(skb, x, st, a->rate, a->window | (a->egress ? CLAMP_EGRESS : 0));
+		} else if (kind == K_BACKUP) {
+			r = mpsteer_backup(skb, x, st, s->args[0], s->args[1]);
+		} else if (kind == K_STRIP) {
+			if (x->types & T_ADD_ADDR) {
+				r = mpsteer_strip(skb, x, st);
+			} else {
+				__u32 cid = chain_id;
+				__u32 *pending = bpf_map_lookup_elem(&mpsteer_release_pending, &cid);
+				if (!pending || !*pending)
+					continue; /* nothing to put back: the common case */
+				r = mpsteer_release(skb, x, st);
+			}
+		} else if (kind == K_USER) {
+			/* A loaded actor: the packet's metadata in skb->cb as
+			 * mpsteer_chain.h says, then a tail call; it comes back
+			 * through mpsteer_resume. */
+			skb->cb[0] = (chain_slot & 0xffff) | (i << 16);
+			skb->cb[1] = x->l3 | (x->l4 << 8) | (x->v6 << 16) | ((x->thlen / 4) << 24);
+			skb->cb[2] = x->types;
+			skb->cb[3] = x->locs;
+			bpf_tail_call(skb, &mpsteer_steps, s->prog);
+			return TCX_NEXT; /* not loaded: leave the packet alone */
+		}
+		if (r)
+			return TCX_DROP;
+	}
+	return TCX_NEXT;
+}
+
+/* The chain, attached to its hook: parse IPv4/IPv6 + TCP once and run the
+ * steps. Anything that is not a well-formed TCP segment leaves untouched.
+ *
+ * In a chain with loaded actors the program is also where such an actor
+ * comes back to (through mpsteer_resume, which marks skb->cb[0]): then it
+ * parses again (the actor may have changed the packet), takes the packet
+ * types and option places as the chain had them, and goes on at the
+ * step in skb->cb[0]. */
+SEC("tc")
+int mpsteer_chain(struct __sk_buff *skb)
+{
+	__u32 start = 0, resumed = 0;
+	if (needs & NEED_USER) {
+		__u32 a = skb->cb[0];
+		if ((a >> 24) == RESUME_MAGIC && (a & 0xffff) == chain_slot) {
+			a &= 0xffffff;
+			barrier_var(a); /* a whole-word store */
+			skb->cb[0] = a;
+			start = (a >> 16) & 0xff;
+			resumed = 1;
+		}
+	}
+	if (paused)
+		return TCX_NEXT;
+	__u32 id = chain_id;
+	struct mpsteer_stats *st = bpf_map_lookup_elem(&mpsteer_stats, &id);
+	if (!st)
+		return TCX_NEXT;
+	if (!resumed) {
+		st->seen++;
+		if (!st->first_ns)
+			st->first_ns = bpf_ktime_get_ns();
+	}
+	struct cx x;
+	if (parse(skb, &x))
+		return TCX_NEXT;
+	if (resumed) {
+		x.types = skb->cb[2];
+		x.locs = skb->cb[3];
+	} else {
+		if ((needs & NEED_OPTS) && classify_fast(skb, &x))
+			mpsteer_classify(skb, &x);
+		if (needs & NEED_USER)
+			skb->cb[4] = 0;
+	}
+	return run_steps(skb, &x, st, start);
+}
+
+/* Where a loaded actor's mpsteer_next() goes when the next step is a
+ * built-in one (mpsteer_steps[1]): the chain whose descriptor slot is in
+ * skb->cb[0], marked as a return. */
+SEC("tc")
+int mpsteer_resume(struct __sk_buff *skb)
+{
+	__u32 a = skb->cb[0] & 0xffffff, marked = a | (RESUME_MAGIC << 24);
+	barrier_var(marked); /* whole-word stores: the context takes no others */
+	skb->cb[0] = marked;
+	bpf_tail_call(skb, &mpsteer_resumes, a & 0xffff);
+	barrier_var(a);
+	skb->cb[0] = a;
+	return TCX_NEXT;
 }
 
 char LICENSE[] SEC("license") = "GPL";

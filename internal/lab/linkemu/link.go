@@ -56,6 +56,8 @@ type Direction struct {
 	wake  chan struct{}
 
 	readErrs, writeErrs uint64
+	// recent counts what the pipe did over the last moments (recent.go).
+	recent recent
 }
 
 // NewDirection connects from → to through pipe.
@@ -104,6 +106,7 @@ func (d *Direction) readLoop(ctx context.Context) {
 		d.mu.Lock()
 		for i := 0; i < n; i++ {
 			due, v := d.pipe.Admit(now, sizes[i])
+			d.recent.add(now, v)
 			if v != Deliver {
 				continue
 			}

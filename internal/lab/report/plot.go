@@ -2,12 +2,15 @@ package report
 
 import (
 	"math"
+	"os"
 	"sort"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // Line is one named series for a plot.
@@ -28,10 +31,10 @@ func PlotLines(file, title, ylabel string, lines []Line, marks []Mark) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "time (s)"
+	p.X.Tick.Marker = TimeTicks{}
 	p.Y.Label.Text = ylabel
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
 	ymax := 0.0
 	for i, l := range lines {
 		var pts plotter.XYs
@@ -56,8 +59,8 @@ func PlotLines(file, title, ylabel string, lines []Line, marks []Mark) error {
 		p.Add(ln)
 		p.Legend.Add(l.Name, ln)
 	}
-	if ymax > 0 {
-		p.Y.Max = ymax * 1.25 // room for the legend
+	if ymax > 0 && len(marks) > 0 {
+		p.Y.Max = ymax * 1.1 // room for the marks' labels
 	}
 	for _, m := range marks {
 		v, err := plotter.NewLine(plotter.XYs{{X: m.X, Y: 0}, {X: m.X, Y: math.Max(p.Y.Max, 1)}})
@@ -74,7 +77,7 @@ func PlotLines(file, title, ylabel string, lines []Line, marks []Mark) error {
 			}
 		}
 	}
-	return p.Save(9*vg.Inch, 4.5*vg.Inch, file)
+	return saveLegendOutside(p, 9*vg.Inch, 4.5*vg.Inch, file)
 }
 
 // SmoothSamples is the width of the moving average in plots: samples are
@@ -119,8 +122,6 @@ func PlotCDF(file, title, xlabel string, sets []Line) error {
 	p.Y.Label.Text = "fraction of flows ≤ x"
 	p.Y.Min, p.Y.Max = 0, 1.05
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = false
-	p.Legend.Left = false
 	for i, set := range sets {
 		xs := append([]float64(nil), set.X...)
 		sort.Float64s(xs)
@@ -140,7 +141,7 @@ func PlotCDF(file, title, xlabel string, sets []Line) error {
 		p.Add(ln)
 		p.Legend.Add(set.Name, ln)
 	}
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, file)
+	return saveLegendOutside(p, 7*vg.Inch, 4.5*vg.Inch, file)
 }
 
 // PlotXY draws named series of points joined by lines (a parameter sweep:
@@ -152,14 +153,10 @@ func PlotXY(file, title, xlabel, ylabel string, lines []Line) error {
 	p.Y.Label.Text = ylabel
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	p.Legend.Left = true
-	ymax := 0.0
 	for i, l := range lines {
 		var pts plotter.XYs
 		for j := range l.X {
 			pts = append(pts, plotter.XY{X: l.X[j], Y: l.Y[j]})
-			ymax = math.Max(ymax, l.Y[j])
 		}
 		if len(pts) == 0 {
 			continue
@@ -177,8 +174,80 @@ func PlotXY(file, title, xlabel, ylabel string, lines []Line) error {
 		p.Add(ln, sc)
 		p.Legend.Add(l.Name, ln, sc)
 	}
-	if ymax > 0 {
-		p.Y.Max = ymax * 1.35 // room for the legend
+	return saveLegendOutside(p, 8*vg.Inch, 5*vg.Inch, file)
+}
+
+// saveLegendOutside saves the plot with its legend in a column to the
+// right of the data area, never over the data.
+func saveLegendOutside(p *plot.Plot, w, h vg.Length, file string) error {
+	c, err := draw.NewFormattedCanvas(w, h, "png")
+	if err != nil {
+		return err
 	}
-	return p.Save(8*vg.Inch, 5*vg.Inch, file)
+	dc := draw.New(c)
+	leg := p.Legend
+	p.Legend = plot.NewLegend() // p draws none of its own
+	gap := vg.Points(10)
+	lw := leg.Rectangle(dc).Size().X + 2*gap
+	if lw > w/3 {
+		lw = w / 3
+	}
+	p.Draw(draw.Crop(dc, 0, -lw, 0, 0))
+	// Top-aligned, level with the top of the data area (below the title).
+	top := p.Title.TextStyle.Height(p.Title.Text) + p.Title.Padding + gap
+	leg.Top, leg.Left = true, true
+	leg.Draw(draw.Crop(dc, w-lw+gap, 0, 0, -top))
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// TimeTicks marks a time axis (seconds) at round steps: every 1, 2 or
+// 5 s, or 10, 20, 50 s and so on for longer runs, labelled in whole
+// seconds, with unlabelled minor ticks between.
+type TimeTicks struct{}
+
+// Ticks returns the ticks between min and max.
+func (TimeTicks) Ticks(min, max float64) []plot.Tick {
+	span := max - min
+	if !(span > 0) || math.IsInf(span, 0) {
+		return plot.DefaultTicks{}.Ticks(min, max)
+	}
+	step, minor := TimeStep(span)
+	var out []plot.Tick
+	for v := math.Ceil(min/minor) * minor; v <= max+minor*1e-9; v += minor {
+		v = math.Round(v/minor) * minor // no drift
+		t := plot.Tick{Value: v}
+		if r := math.Mod(math.Abs(v), step); r < step*1e-9 || step-r < step*1e-9 {
+			t.Label = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// TimeStep is the labelled step for a span of seconds (1, 2 or 5 times a
+// power of ten, at least 1 s, at most 12 labels) and the minor step.
+func TimeStep(span float64) (step, minor float64) {
+	for mag := 1.0; ; mag *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			step = m * mag
+			if span/step <= 12 {
+				minor = step / 5
+				if m == 2 {
+					minor = step / 2
+				}
+				if minor < 1 {
+					minor = step // no ticks between whole seconds
+				}
+				return step, minor
+			}
+		}
+	}
 }

@@ -75,6 +75,9 @@ type EventRecord struct {
 	Action string  `json:"action"`
 	Detail string  `json:"detail,omitempty"`
 	Error  string  `json:"error,omitempty"`
+	// At is when it was applied, by the wall clock (to line it up with
+	// the daemons' action records).
+	At time.Time `json:"at,omitzero"`
 }
 
 // Summary is summary.json of one variant.

@@ -65,7 +65,9 @@ func (r *variantRun) startDaemons(ctx context.Context) (func() map[string]any, e
 			stop()
 			return nil, err
 		}
-		cmd, err := r.w.Command(host, bin, "daemon", "--config", cfgFile, "--socket", socket)
+		// client and server are the measured pair's hosts (in a tenants
+		// world, VMs); other names are hosts of the world.
+		cmd, err := r.w.Command(r.w.Role(host), bin, "daemon", "--config", cfgFile, "--socket", socket)
 		if err != nil {
 			logf.Close()
 			stop()

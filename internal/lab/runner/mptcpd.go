@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"mpsteer/internal/lab/scenario"
-	"mpsteer/internal/lab/world"
 )
 
 // MptcpdBinary is where Debian installs mptcpd (off PATH).
@@ -49,7 +48,7 @@ func (r *variantRun) startMptcpd(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := r.w.Command(world.Client, MptcpdBinary, "--plugin-dir="+dir, "--path-manager="+r.v.Mptcpd,
+	cmd, err := r.w.Command(r.w.ClientRole(), MptcpdBinary, "--plugin-dir="+dir, "--path-manager="+r.v.Mptcpd,
 		"--load-plugins="+r.v.Mptcpd, "--log=stderr", "--debug", "--notify-flags=existing,skip_link_local,skip_loopback")
 	if err != nil {
 		logf.Close()

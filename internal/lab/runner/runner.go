@@ -84,7 +84,11 @@ func Run(ctx context.Context, s *scenario.Scenario, o Options) (*Result, error) 
 	}
 	res := &Result{Out: o.Out}
 	for i, v := range variants {
-		fmt.Fprintf(o.Progress, "[%d/%d] %s: variant %s (%s over %s)\n", i+1, len(variants), s.Name, v.Name, v.Kind, strings.Join(v.Paths, ", "))
+		over := strings.Join(v.Paths, ", ")
+		if s.Tenants != nil {
+			over = fmt.Sprintf("VM %s to VM %s", s.Tenants.Client, s.Tenants.Server)
+		}
+		fmt.Fprintf(o.Progress, "[%d/%d] %s: variant %s (%s over %s)\n", i+1, len(variants), s.Name, v.Name, v.Kind, over)
 		sum, err := runVariant(ctx, s, v, o)
 		if err != nil {
 			return res, fmt.Errorf("variant %s: %w", v.Name, err)
@@ -140,7 +144,7 @@ func runVariant(ctx context.Context, s *scenario.Scenario, v *scenario.Variant, 
 	defer w.Down()
 	r := &variantRun{s: s, v: v, w: w, o: o, dir: dir, upload: true}
 	for _, t := range s.Traffic {
-		if t.Kind != scenario.UDPFlood {
+		if t.Kind != scenario.UDPFlood && t.Measured(s) {
 			r.upload = t.Upload
 			break
 		}
@@ -156,7 +160,7 @@ func runVariant(ctx context.Context, s *scenario.Scenario, v *scenario.Variant, 
 	}
 	defer stopMptcpd()
 	var daemonInfo map[string]any
-	rec, err := recorder.New(plan.Host(world.Client).NetNS, plan.Host(world.Server).NetNS)
+	rec, err := recorder.New(plan.Host(plan.ClientRole()).NetNS, plan.Host(plan.ServerRole()).NetNS)
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +231,7 @@ loop:
 	if emu != nil {
 		sum.Emulator = emu.Links
 		r.recoveries(sum, emu.Links)
+		r.linkShares(sum, emu.Links)
 	}
 	r.floodMetrics(sum, rec.Samples)
 	if daemonInfo != nil {
@@ -265,9 +270,25 @@ func (r *variantRun) meter(m *traffic.Meter) {
 }
 
 func (r *variantRun) runTraffic(ctx context.Context, i int, t scenario.Traffic) error {
-	clientNS := r.w.Host(world.Client).NetNS
-	serverNS := r.w.Host(world.Server).NetNS
+	clientNS := r.w.Host(r.w.ClientRole()).NetNS
+	serverNS := r.w.Host(r.w.ServerRole()).NetNS
 	first := r.w.Paths[0]
+	serverAddr := first.Server.Addr
+	// In a tenants world only the measured pair's traffic is counted:
+	// other tenants' pairs are background.
+	measured := t.Measured(r.s)
+	if !measured {
+		cv, sv := r.w.Tenants.VM(t.Pair[0]), r.w.Tenants.VM(t.Pair[1])
+		if cv == nil || sv == nil {
+			return fmt.Errorf("VM pair %s, %s is not in this world", t.Pair[0], t.Pair[1])
+		}
+		clientNS, serverNS, serverAddr = cv.NetNS, sv.NetNS, sv.Addr
+	}
+	meter := func(m *traffic.Meter) {
+		if measured {
+			r.meter(m)
+		}
+	}
 	port := uint16(5201 + i)
 	wait := func(at time.Duration) error {
 		select {
@@ -279,35 +300,45 @@ func (r *variantRun) runTraffic(ctx context.Context, i int, t scenario.Traffic) 
 	}
 	switch t.Kind {
 	case scenario.Bulk:
-		b := &traffic.Bulk{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(first.Server.Addr, port),
-			Proto: r.proto(), Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size)}
-		r.meter(&b.Meter)
+		b := &traffic.Bulk{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(serverAddr, port),
+			Proto: r.proto(), Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams}
+		meter(&b.Meter)
 		if err := wait(t.Start); err != nil {
 			return err
 		}
 		res, err := b.Run(ctx)
-		r.mu.Lock()
-		r.bulk = &res
-		r.mu.Unlock()
+		if measured {
+			r.mu.Lock()
+			r.bulk = &res
+			r.mu.Unlock()
+		}
 		return err
 	case scenario.Flows:
-		f := &traffic.Flows{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(first.Server.Addr, port),
+		f := &traffic.Flows{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(serverAddr, port),
 			Proto: r.proto(), Upload: t.Upload, Count: t.Count, Interval: t.Interval, Weights: t.Weights, Seed: r.s.Seed + uint64(i)}
 		for _, sz := range t.Sizes {
 			f.Sizes = append(f.Sizes, int64(sz))
 		}
-		r.meter(&f.Meter)
+		meter(&f.Meter)
 		if err := wait(t.Start); err != nil {
 			return err
 		}
 		res, err := f.Run(ctx)
-		r.mu.Lock()
-		r.flows = append(r.flows, res...)
-		r.mu.Unlock()
+		if measured {
+			r.mu.Lock()
+			r.flows = append(r.flows, res...)
+			r.mu.Unlock()
+		}
 		return err
 	case scenario.UDPFlood:
-		p := r.w.Path(t.Path)
-		if p == nil {
+		var p *world.PathInfo
+		if r.w.Tenants != nil {
+			// Between the pair's VMs.
+			p = &world.PathInfo{Client: world.PathEnd{Addr: r.w.Tenants.VM(r.w.ClientRole()).Addr}, Server: world.PathEnd{Addr: serverAddr}}
+			if !measured {
+				p.Client.Addr = r.w.Tenants.VM(t.Pair[0]).Addr
+			}
+		} else if p = r.w.Path(t.Path); p == nil {
 			return nil // the path is not part of this variant
 		}
 		fl := &traffic.Flood{FromNS: clientNS, ToNS: serverNS, Src: p.Client.Addr, Dst: p.Server.Addr,
@@ -331,7 +362,7 @@ func (r *variantRun) runEvents(ctx context.Context, events []scenario.Event) {
 		if len(ev.Links) > 0 {
 			what = strings.Join(ev.Links, ",")
 		}
-		rec := report.EventRecord{AtS: (traffic.Now() - r.t0).Seconds(), Path: what, Action: string(ev.Action)}
+		rec := report.EventRecord{AtS: (traffic.Now() - r.t0).Seconds(), Path: what, Action: string(ev.Action), At: time.Now()}
 		if err := r.applyEvent(ev, &rec); err != nil {
 			rec.Error = err.Error()
 			r.fail(fmt.Sprintf("event at %v on %s: %v", ev.At, what, err))
@@ -372,7 +403,7 @@ func ApplyEvent(w *world.World, ev scenario.Event) (string, error) {
 		if p.Endpoint == nil || *p.Endpoint&pm.FlagSubflow == 0 {
 			return "link down (initial path: no endpoint to delete)", nil
 		}
-		c, err := pm.Dial(pm.Options{NetNSName: w.Host(world.Client).NetNS})
+		c, err := pm.Dial(pm.Options{NetNSName: w.Host(w.ClientRole()).NetNS})
 		if err != nil {
 			return "", err
 		}
@@ -718,6 +749,28 @@ func (r *variantRun) recoveries(sum *report.Summary, links map[string]world.Link
 			mean += v
 		}
 		sum.Metrics[p.Name+"_link_up_to_first_data_ms_mean"] = mean / float64(len(list))
+	}
+}
+
+// linkShares, in a tenants world: the share of the bytes each physical
+// link carried from the first hypervisor to the second and back (every
+// tenant's traffic), as metrics <link>_up_share and <link>_down_share.
+func (r *variantRun) linkShares(sum *report.Summary, links map[string]world.LinkState) {
+	if r.w.Tenants == nil {
+		return
+	}
+	var up, down float64
+	for _, l := range r.w.Tenants.Links {
+		up += float64(links[l.Name].Up.Stats.Bytes)
+		down += float64(links[l.Name].Down.Stats.Bytes)
+	}
+	for _, l := range r.w.Tenants.Links {
+		if up > 0 {
+			sum.Metrics[l.Name+"_up_share"] = float64(links[l.Name].Up.Stats.Bytes) / up
+		}
+		if down > 0 {
+			sum.Metrics[l.Name+"_down_share"] = float64(links[l.Name].Down.Stats.Bytes) / down
+		}
 	}
 }
 

@@ -23,6 +23,9 @@ import (
 // MaxPaths is the most paths a scenario may have.
 const MaxPaths = 16
 
+// MaxStreams is the most concurrent connections of one bulk transfer.
+const MaxStreams = 64
+
 // MaxCoreLinks is the most parallel links in a core given by links.
 const MaxCoreLinks = 16
 
@@ -44,9 +47,12 @@ type Scenario struct {
 	Server      Host
 	Paths       []*Path
 	Core        *Core
-	Traffic     []Traffic
-	Events      []Event
-	Variants    []*Variant
+	// Tenants is a multi-tenant cloud world (tenants.go), instead of
+	// paths and a core.
+	Tenants  *Tenants
+	Traffic  []Traffic
+	Events   []Event
+	Variants []*Variant
 }
 
 // Host holds per-host settings.
@@ -150,6 +156,8 @@ type Traffic struct {
 	Size     units.Size
 	// Upload (client → server) or not.
 	Upload bool
+	// Bulk: concurrent connections (1 to MaxStreams).
+	Streams int
 	// Flows: sizes drawn with weights, Count flows started every Interval.
 	Sizes    []units.Size
 	Weights  []float64
@@ -157,6 +165,9 @@ type Traffic struct {
 	Interval time.Duration
 	// UDP flood: on Path, from Start to Stop, at Rate.
 	Path string
+	// Pair is the client and server VM of a tenants world (default: the
+	// measured pair).
+	Pair [2]string
 	Stop time.Duration
 	Rate units.Rate
 	Line int
@@ -302,9 +313,19 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 
 	dir := filepath.Dir(m.File())
 	seen := map[string]bool{}
+	if m.Has("tenants") {
+		if tm := m.Map("tenants"); tm != nil {
+			s.Tenants = parseTenants(tm, dir)
+		}
+		for _, k := range []string{"paths", "core", "hosts"} {
+			if m.Has(k) {
+				m.Errorf(k, "a tenants world has no %s: its hosts are the hypervisors and VMs of tenants (give cc, rmem and wmem per VM)", k)
+			}
+		}
+	}
 	items := m.List("paths")
-	if len(items) == 0 {
-		m.Errorf("paths", "a scenario needs at least one path")
+	if len(items) == 0 && !m.Has("tenants") {
+		m.Errorf("paths", "a scenario needs at least one path (or a tenants world)")
 	}
 	if len(items) > MaxPaths {
 		m.Errorf("paths", "%d paths given; at most %d are supported", len(items), MaxPaths)
@@ -335,7 +356,16 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 			m.Errorf("paths", "path %q is via core, but the scenario has no core section", p.Name)
 		}
 	}
-	ec := &eventContext{paths: seen, plain: map[string]bool{}, core: s.Core, coreFailed: m.Failed("core") || (s.Core != nil && s.Core.bad), dir: dir}
+	ec := &eventContext{paths: seen, plain: map[string]bool{}, core: s.Core, coreFailed: m.Failed("core") || (s.Core != nil && s.Core.bad), dir: dir,
+		daemonHosts: []string{"client", "server"}}
+	if s.Tenants != nil {
+		// Events name the physical links as they name core links.
+		ec.core, ec.tenants = &Core{Links: s.Tenants.Links}, s.Tenants
+		ec.coreFailed = m.Failed("tenants") || len(s.Tenants.Links) == 0
+		ec.daemonHosts = append(ec.daemonHosts, s.Tenants.Hosts()...)
+	} else if m.Has("tenants") {
+		ec.coreFailed = true
+	}
 	for _, p := range s.Paths {
 		if p.Plain {
 			ec.plain[p.Name] = true
@@ -348,7 +378,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 			m.ErrorAt(it.Node, it.Path, "traffic is a mapping such as {type: bulk, duration: 10s}")
 			continue
 		}
-		s.Traffic = append(s.Traffic, parseTraffic(it.Map, seen))
+		s.Traffic = append(s.Traffic, parseTraffic(it.Map, seen, s.Tenants))
 	}
 	// Events at or after the end of time-bound traffic would never run
 	// (the run ends with its traffic); with a size-bound transfer the end
@@ -705,8 +735,9 @@ func (pt Patch) Empty() bool {
 		pt.Loss == nil && pt.QueueBytes == nil && pt.QueuePackets == nil && !pt.SetOutages
 }
 
-func parseTraffic(t *yamlcfg.Map, paths map[string]bool) Traffic {
+func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 	tr := Traffic{Line: t.Line()}
+	tr.Pair = parsePair(t, tn)
 	tr.Kind = TrafficKind(t.Enum("type", "", string(Bulk), string(Flows), string(UDPFlood)))
 	if tr.Kind == "" && !t.Has("type") {
 		t.Errorf("type", "every traffic entry needs a type (valid: bulk, flows, udp-flood)")
@@ -720,6 +751,7 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool) Traffic {
 			t.Errorf("duration", "a bulk transfer needs a duration, a size, or both (it stops at the first reached)")
 		}
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
+		tr.Streams = t.Int("streams", 1, 1, MaxStreams)
 	case Flows:
 		for _, s := range t.Strings("sizes") {
 			sz, err := units.ParseSize(s)
@@ -752,6 +784,10 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool) Traffic {
 		tr.Path = t.String("path", "")
 		switch {
 		case t.Failed("path"):
+		case tn != nil:
+			if tr.Path != "" {
+				t.Errorf("path", "a tenants world has no paths: a flood runs between a VM pair (pair: [vm3, vm4], default the measured pair)")
+			}
 		case tr.Path == "":
 			t.Errorf("path", "a UDP flood needs the path it floods (path: NAME)")
 		case !paths[tr.Path]:
@@ -785,6 +821,10 @@ type eventContext struct {
 	dir        string
 	// end is when the traffic ends (0 when unknown).
 	end time.Duration
+	// tenants is the tenants world (nil: paths); daemonHosts the hosts a
+	// variant's daemon: may name.
+	tenants     *Tenants
+	daemonHosts []string
 }
 
 // parseEvents reads the events under key. An event at or after the time
@@ -815,6 +855,8 @@ func parseEvents(m *yamlcfg.Map, key string, ec *eventContext) []Event {
 		case !hasPath && !hasLink:
 			e.Errorf("path", "every event needs the path it changes (path: NAME) or the core links it changes (link: NAME or a list)")
 		case !hasPath:
+		case ec.tenants != nil:
+			e.Errorf("path", "a tenants world has no paths; name its links instead (link: %s)", strings.Join(ec.core.LinkNames(), ", "))
 		case !ec.paths[ev.Path]:
 			e.Errorf("path", "%q is not a path of this scenario", ev.Path)
 		case ec.plain[ev.Path]:
@@ -903,6 +945,13 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 		def = string(KindTCP)
 	}
 	v.Kind = VariantKind(vm.Enum("kind", def, string(KindTCP), string(KindMPTCP)))
+	if ec.tenants != nil {
+		for _, k := range []string{"path", "paths"} {
+			if vm.Has(k) {
+				vm.Errorf(k, "a tenants world has no paths: the variant runs between the measured VM pair")
+			}
+		}
+	}
 	if p := vm.String("path", ""); p != "" {
 		if !paths[p] {
 			vm.Errorf("path", "%q is not a path of this scenario", p)
@@ -925,7 +974,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 	}
 	if d := vm.Map("daemon"); d != nil {
 		v.Daemon = map[string][]byte{}
-		for _, host := range []string{"client", "server"} {
+		for _, host := range ec.daemonHosts {
 			if !d.Has(host) {
 				continue
 			}
@@ -959,6 +1008,8 @@ func parseVariantPM(vm *yamlcfg.Map, v *Variant, ec *eventContext) {
 		v.Spread = Spread(vm.Enum("spread", "", string(SpreadECMP), string(SpreadPinned)))
 		switch {
 		case vm.Failed("spread"):
+		case ec.tenants != nil:
+			vm.Errorf("spread", "spread says how a core's routers spread flows; in a tenants world the hypervisors route, and spreading is the daemon's spread policy (daemon: {%s: {policies: [{name: spread, ...}]}})", ec.tenants.Hypervisors[0])
 		case ec.core == nil:
 			if !ec.coreFailed {
 				vm.Errorf("spread", "spread says how the core's routers spread flows over its links, but the scenario has no core")
@@ -1039,7 +1090,7 @@ func mptcpdPlugins() (names []string, dir string, ok bool) {
 // fillVariantDefaults gives every variant its spread and both hosts' path
 // managers.
 func fillVariantDefaults(v *Variant, s *Scenario) {
-	if v.Spread == "" && s.Core != nil {
+	if v.Spread == "" && s.Core != nil && s.Tenants == nil {
 		v.Spread = SpreadECMP
 	}
 	if v.PathManager == nil {

@@ -136,14 +136,16 @@ func IsMPTCP(c net.Conn) bool {
 	return err == nil && used
 }
 
-// Bulk is one long transfer.
+// Bulk is one long transfer, over one connection or several at once.
 type Bulk struct {
 	ClientNS, ServerNS string
 	Server             netip.AddrPort
 	Proto              Proto
 	Upload             bool // client → server
 	Duration           time.Duration
-	Size               int64
+	Size               int64 // in all (split evenly over the streams)
+	// Streams: concurrent connections (0 or 1: one).
+	Streams int
 	// Meter counts what the receiving application read.
 	Meter Meter
 }
@@ -153,70 +155,98 @@ type BulkResult struct {
 	Start    time.Duration // when the connection was opened
 	Bytes    int64
 	LastByte time.Duration
-	MPTCP    bool // the connection did use MPTCP
+	MPTCP    bool // every connection did use MPTCP
 }
 
 // Run performs the transfer. It returns when the receiver has read
 // everything the sender wrote, or ctx ends.
 func (b *Bulk) Run(ctx context.Context) (BulkResult, error) {
 	var res BulkResult
+	n := max(b.Streams, 1)
 	ln, err := listen(b.ServerNS, b.Server, b.Proto)
 	if err != nil {
 		return res, fmt.Errorf("bulk: listen on %s: %w", b.Server, err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
+	accepted := make(chan net.Conn, n)
 	acceptErr := make(chan error, 1)
 	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			acceptErr <- err
-			return
+		for i := 0; i < n; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			accepted <- c
 		}
-		accepted <- c
 	}()
 	res.Start = Now()
-	cc, err := dial(ctx, b.ClientNS, b.Server, b.Proto)
-	if err != nil {
-		return res, fmt.Errorf("bulk: connect to %s: %w", b.Server, err)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	res.MPTCP = true
+	var clients []net.Conn
+	for i := 0; i < n; i++ {
+		cc, err := dial(ctx, b.ClientNS, b.Server, b.Proto)
+		if err != nil {
+			return res, fmt.Errorf("bulk: connect to %s (stream %d of %d): %w", b.Server, i+1, n, err)
+		}
+		conns, clients = append(conns, cc), append(clients, cc)
+		res.MPTCP = res.MPTCP && IsMPTCP(cc)
 	}
-	defer cc.Close()
-	var sc net.Conn
-	select {
-	case sc = <-accepted:
-	case err := <-acceptErr:
-		return res, fmt.Errorf("bulk: accept: %w", err)
-	case <-ctx.Done():
-		return res, ctx.Err()
+	var servers []net.Conn
+	for len(servers) < n {
+		select {
+		case sc := <-accepted:
+			conns, servers = append(conns, sc), append(servers, sc)
+		case err := <-acceptErr:
+			return res, fmt.Errorf("bulk: accept: %w", err)
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
 	}
-	defer sc.Close()
-	res.MPTCP = IsMPTCP(cc)
-	src, dst := cc, sc
+	srcs, dsts := clients, servers
 	if !b.Upload {
-		src, dst = sc, cc
+		srcs, dsts = servers, clients
 	}
-	// Closing both ends when ctx ends unblocks the reader and the writer.
-	stop := context.AfterFunc(ctx, func() { cc.Close(); sc.Close() })
+	// Closing every end when ctx ends unblocks the readers and writers.
+	stop := context.AfterFunc(ctx, func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	defer stop()
 
 	var wg sync.WaitGroup
-	var sendErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		sendErr = send(src, b.Duration, b.Size)
-		if tc, ok := src.(*net.TCPConn); ok {
-			tc.CloseWrite()
+	errs := make([]error, 2*n)
+	for i := range n {
+		size := b.Size / int64(n)
+		if b.Size > 0 && i == 0 {
+			size += b.Size % int64(n)
 		}
-	}()
-	recvErr := receive(dst, &b.Meter)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			errs[2*i] = send(srcs[i], b.Duration, size)
+			if tc, ok := srcs[i].(*net.TCPConn); ok {
+				tc.CloseWrite()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			errs[2*i+1] = receive(dsts[i], &b.Meter)
+		}()
+	}
 	wg.Wait()
 	res.Bytes = b.Meter.Bytes()
 	_, res.LastByte = b.Meter.Span()
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	return res, errors.Join(sendErr, recvErr)
+	return res, errors.Join(errs...)
 }
 
 var zeros = make([]byte, 256<<10)

@@ -46,6 +46,8 @@ type Summary struct {
 	// Spread and CoreLinks describe the core, when there is one.
 	Spread    string         `json:"spread,omitempty"`
 	CoreLinks []CoreLinkInfo `json:"core_links,omitempty"`
+	// Tenants describes a tenants world.
+	Tenants *TenantsInfo `json:"tenants,omitempty"`
 }
 
 // HostSummary names a host's namespace.
@@ -57,7 +59,7 @@ type HostSummary struct {
 // Summary returns the printable description.
 func (w *World) Summary() Summary {
 	s := Summary{Name: w.Name, Scenario: w.Scenario, Variant: w.Variant, Hosts: map[string]HostSummary{},
-		Paths: w.Paths, StateDir: w.Dir, Emulator: w.EmulatorPID, Spread: string(w.Spread), CoreLinks: w.CoreLinks}
+		Paths: w.Paths, StateDir: w.Dir, Emulator: w.EmulatorPID, Spread: string(w.Spread), CoreLinks: w.CoreLinks, Tenants: w.Tenants}
 	for _, h := range w.Hosts {
 		s.Hosts[h.Role] = HostSummary{NetNS: h.NetNS, CC: w.CC[h.Role]}
 	}
@@ -125,6 +127,12 @@ func Up(ctx context.Context, plan *Plan, o Options) (w *World, err error) {
 			return w, err
 		}
 	}
+	// Bridges before the veths that are their ports.
+	for _, b := range plan.Bridges {
+		if err := w.makeBridge(b); err != nil {
+			return w, err
+		}
+	}
 	// Veths first: the emulator attaches the pinning program (pinned
 	// spread) to devices of both kinds when it starts.
 	for _, v := range plan.Veths {
@@ -146,7 +154,11 @@ func Up(ctx context.Context, plan *Plan, o Options) (w *World, err error) {
 		return w, err
 	}
 	if plan.Kind == "mptcp" {
-		if err := w.configureMPTCP(); err != nil {
+		configure := w.configureMPTCP
+		if plan.Tenants != nil {
+			configure = w.configureTenantsMPTCP
+		}
+		if err := configure(); err != nil {
 			return w, err
 		}
 	}
@@ -156,6 +168,10 @@ func Up(ctx context.Context, plan *Plan, o Options) (w *World, err error) {
 			w.CC[h.Role] = cc
 			return err
 		})
+	}
+	if plan.Tenants != nil {
+		// Reports name the measured pair client and server.
+		w.CC[Client], w.CC[Server] = w.CC[plan.ClientRole()], w.CC[plan.ServerRole()]
 	}
 	return w, writeJSON(filepath.Join(dir, "world.json"), w)
 }
@@ -258,8 +274,19 @@ func (w *World) configureDev(e End) error {
 		return fmt.Errorf("host %s: %s mtu: %w", e.Host, e.Dev, err)
 	}
 	_ = h.LinkSetTxQLen(l, 1000)
-	if err := h.AddrAdd(l, &netlink.Addr{IPNet: toIPNet(e.Addr)}); err != nil {
-		return fmt.Errorf("host %s: %s address %s: %w", e.Host, e.Dev, e.Addr, err)
+	if e.Master != "" {
+		br, err := h.LinkByName(e.Master)
+		if err == nil {
+			err = h.LinkSetMaster(l, br)
+		}
+		if err != nil {
+			return fmt.Errorf("host %s: %s as a port of %s: %w", e.Host, e.Dev, e.Master, err)
+		}
+	}
+	if e.Addr.IsValid() {
+		if err := h.AddrAdd(l, &netlink.Addr{IPNet: toIPNet(e.Addr)}); err != nil {
+			return fmt.Errorf("host %s: %s address %s: %w", e.Host, e.Dev, e.Addr, err)
+		}
 	}
 	if err := h.LinkSetUp(l); err != nil {
 		return fmt.Errorf("host %s: %s up: %w", e.Host, e.Dev, err)

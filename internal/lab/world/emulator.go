@@ -31,6 +31,8 @@ type Request struct {
 	Links []string        `json:"links,omitempty"`
 	Dir   scenario.Dir    `json:"dir,omitempty"`
 	Patch *scenario.Patch `json:"patch,omitempty"`
+	// Window is the span "recent" counts over (lasthop.go).
+	Window time.Duration `json:"window_ns,omitempty"`
 }
 
 // Response answers a Request.
@@ -41,6 +43,9 @@ type Response struct {
 	// PinCounters are the pinning program's counts of packets it left to
 	// ECMP (pinned spread only): no_live_link, unpinned_reverse.
 	PinCounters map[string]uint64 `json:"pin_counters,omitempty"`
+	// Recent answers "recent": per link, what each direction did with its
+	// packets over the window (lasthop.go).
+	Recent map[string]RecentLink `json:"recent,omitempty"`
 }
 
 // LinkState is the live state of both directions of a link.
@@ -353,8 +358,11 @@ func (e *emulator) handle(req Request, resp *Response) error {
 			}
 		}
 	case "stats":
+	case "recent":
+		e.recent(targets, req.Window, now, resp)
+		return nil
 	default:
-		return fmt.Errorf("unknown op %q (valid: set, down, up, origin, stats)", req.Op)
+		return fmt.Errorf("unknown op %q (valid: set, down, up, origin, stats, recent)", req.Op)
 	}
 	resp.Links = map[string]LinkState{}
 	for _, l := range targets {

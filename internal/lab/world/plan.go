@@ -30,7 +30,9 @@ const MaxEndpoints = 8
 type End struct {
 	Host string       `json:"host"`
 	Dev  string       `json:"dev"`
-	Addr netip.Prefix `json:"addr"`
+	Addr netip.Prefix `json:"addr"` // none (invalid) for a bridge port
+	// Master is the bridge the device is a port of ("" = none).
+	Master string `json:"master,omitempty"`
 }
 
 // LinkPlan is one emulated link (a TUN device at each end).
@@ -180,6 +182,12 @@ type Plan struct {
 	// Mptcpd is the mptcpd plugin the variant runs in the client ("" =
 	// none); the runner starts it.
 	Mptcpd string `json:"mptcpd,omitempty"`
+	// Tenants describes a multi-tenant world (tenants.go); Bridges are its
+	// hypervisors' bridges, Endpoints its VMs' kernel path-manager
+	// endpoints.
+	Tenants   *TenantsInfo   `json:"tenants,omitempty"`
+	Bridges   []BridgePlan   `json:"bridges,omitempty"`
+	Endpoints []EndpointPlan `json:"endpoints,omitempty"`
 }
 
 // MarkBase is the first packet mark of pinned core links: link ID n is
@@ -217,10 +225,45 @@ func pfx(a, b, c, d byte, bits int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{a, b, c, d}), bits)
 }
 
+// hostPlan is one host's namespace and sysctls: h gives an end host's
+// congestion control and socket buffers, pathManager its path manager
+// (nil and "" for a router).
+func hostPlan(lab, role string, h *scenario.Host, pathManager string) HostPlan {
+	hp := HostPlan{Role: role, NetNS: NetNS(lab, role), Sysctls: map[string]string{
+		"net.mptcp.enabled":                  "1",
+		"net.ipv4.conf.all.rp_filter":        "0",
+		"net.ipv4.conf.default.rp_filter":    "0",
+		"net.ipv6.conf.all.disable_ipv6":     "1",
+		"net.ipv6.conf.default.disable_ipv6": "1",
+	}}
+	if h != nil {
+		if h.CC != "" {
+			hp.Sysctls["net.ipv4.tcp_congestion_control"] = h.CC
+			hp.CC = h.CC
+		}
+		if h.Rmem > 0 {
+			hp.Sysctls["net.ipv4.tcp_rmem"] = fmt.Sprintf("4096 131072 %d", int64(h.Rmem))
+		}
+		if h.Wmem > 0 {
+			hp.Sysctls["net.ipv4.tcp_wmem"] = fmt.Sprintf("4096 16384 %d", int64(h.Wmem))
+		}
+	}
+	hp.PathManager = pathManager
+	// A fresh namespace starts with the kernel path manager; only a
+	// change is written (kernels before 6.15 lack this sysctl).
+	if pathManager != "" && pathManager != scenario.PMKernel {
+		hp.Sysctls["net.mptcp.path_manager"] = pathManager
+	}
+	return hp
+}
+
 // NewPlan lays out the world for one variant of a scenario.
 func NewPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Plan, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
+	}
+	if s.Tenants != nil {
+		return newTenantsPlan(name, s, v)
 	}
 	p := &Plan{Name: name, Scenario: s.File, Variant: v.Name, Kind: string(v.Kind), Seed: s.Seed, Mptcpd: v.Mptcpd}
 	if v.Kind == scenario.KindMPTCP && len(v.Paths) > MaxEndpoints+1 {
@@ -255,37 +298,12 @@ func NewPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Plan, err
 		}
 		return scenario.PMKernel
 	}
-	common := map[string]string{
-		"net.mptcp.enabled":                  "1",
-		"net.ipv4.conf.all.rp_filter":        "0",
-		"net.ipv4.conf.default.rp_filter":    "0",
-		"net.ipv6.conf.all.disable_ipv6":     "1",
-		"net.ipv6.conf.default.disable_ipv6": "1",
-	}
 	host := func(role string, h *scenario.Host) HostPlan {
-		hp := HostPlan{Role: role, NetNS: NetNS(name, role), Sysctls: map[string]string{}}
-		for k, val := range common {
-			hp.Sysctls[k] = val
-		}
+		pm := ""
 		if h != nil {
-			if h.CC != "" {
-				hp.Sysctls["net.ipv4.tcp_congestion_control"] = h.CC
-				hp.CC = h.CC
-			}
-			if h.Rmem > 0 {
-				hp.Sysctls["net.ipv4.tcp_rmem"] = fmt.Sprintf("4096 131072 %d", int64(h.Rmem))
-			}
-			if h.Wmem > 0 {
-				hp.Sysctls["net.ipv4.tcp_wmem"] = fmt.Sprintf("4096 16384 %d", int64(h.Wmem))
-			}
-			hp.PathManager = pmOf(role)
-			// A fresh namespace starts with the kernel path manager; only a
-			// change is written (kernels before 6.15 lack this sysctl).
-			if hp.PathManager != scenario.PMKernel {
-				hp.Sysctls["net.mptcp.path_manager"] = hp.PathManager
-			}
+			pm = pmOf(role)
 		}
-		return hp
+		return hostPlan(name, role, h, pm)
 	}
 	p.Hosts = append(p.Hosts, host(Client, &s.Client), host(Server, &s.Server))
 	if useCore {

@@ -2,7 +2,7 @@
 //
 // A user's own actor for mpsteer chains: a template.
 //
-// An actor is one SEC("tc") program. The chain's entry has already parsed
+// An actor is one SEC("tc") program. The chain has already parsed
 // the packet; mpsteer_this() gives the step's descriptor (its arguments:
 // up to six 64-bit numbers, as written in --act 'stamp(7, 0x10)') and the
 // packet's offsets. Do the work, then return mpsteer_next(skb) to run the

@@ -1,4 +1,4 @@
-package datapath
+package bpfutil
 
 import (
 	"bufio"
@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cgroup2Root finds where the unified cgroup hierarchy is mounted, and
+// Cgroup2Root finds where the unified cgroup hierarchy is mounted, and
 // mounts it under /run/mpsteer when nothing has (sockops programs attach to
 // a cgroup v2).
-func cgroup2Root() (string, error) {
+func Cgroup2Root() (string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return "", err
@@ -56,11 +56,11 @@ func NetNSCookie() (uint64, error) {
 	return v, nil
 }
 
-// attachSockOps attaches a sockops program to the root of the cgroup v2
+// AttachSockOps attaches a sockops program to the root of the cgroup v2
 // hierarchy, where it sees every TCP socket of the host (programs filter
 // by network namespace cookie themselves).
-func attachSockOps(prog *ebpf.Program, what string) (link.Link, error) {
-	root, err := cgroup2Root()
+func AttachSockOps(prog *ebpf.Program, what string) (link.Link, error) {
+	root, err := Cgroup2Root()
 	if err != nil {
 		return nil, err
 	}

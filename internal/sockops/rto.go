@@ -1,4 +1,4 @@
-package datapath
+package sockops
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func NewRTOCapper(netnsCookie uint64) (*RTOCapper, error) {
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("load the sockops RTO program: %w", bpfutil.VerifierDetail(err))
 	}
-	if r.link, err = attachSockOps(r.objs.MpsteerRto, "RTO"); err != nil {
+	if r.link, err = bpfutil.AttachSockOps(r.objs.MpsteerRto, "RTO"); err != nil {
 		r.objs.Close()
 		return nil, err
 	}

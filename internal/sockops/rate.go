@@ -1,4 +1,4 @@
-package datapath
+package sockops
 
 import (
 	"errors"
@@ -49,7 +49,7 @@ func NewPacer(netnsCookie uint64) (*Pacer, error) {
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		return nil, fmt.Errorf("load the sockops rate program: %w", bpfutil.VerifierDetail(err))
 	}
-	if p.link, err = attachSockOps(p.objs.MpsteerRate, "rate"); err != nil {
+	if p.link, err = bpfutil.AttachSockOps(p.objs.MpsteerRate, "rate"); err != nil {
 		p.objs.Close()
 		return nil, err
 	}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"mpsteer/internal/daemon"
+)
+
+// daemonFlags are the daemon's options beyond its config and socket.
+type daemonFlags struct {
+	metrics, stateDir string
+	watch             bool
+}
+
+func (f *daemonFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9863; off by default)")
+	c.Flags().StringVar(&f.stateDir, "state-dir", "", "where the daemon keeps what it must undo after a crash (default /run/mpsteer)")
+	c.Flags().BoolVar(&f.watch, "watch-config", true, "reload the config when its file changes, as SIGHUP does")
+}
+
+func (f *daemonFlags) options(o daemon.Options) daemon.Options {
+	o.MetricsAddr, o.StateDir, o.NoWatch = f.metrics, f.stateDir, !f.watch
+	return o
+}
+
+const daemonLong = `Run the policy daemon in the foreground, in the network namespace it is
+started in (one per namespace). Every interval it samples the kernel's
+MPTCP connections and subflows, the policies decide, and the daemon takes
+their actions through the path manager's netlink family and BPF programs.
+
+Reloading: SIGHUP, ` + "`mpsteer policy apply FILE`" + ` and a change of the config file
+(watched; --watch-config=false turns that off) all reload the same way,
+all or nothing: a config that is wrong is refused and logged, and the
+running one stays.
+
+Privileges: root, or any user with CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON
+(CAP_SYS_ADMIN too where no cgroup v2 hierarchy is mounted and rto_max or
+rate caps are used); the daemon names what is missing. Its API socket
+answers root and the daemon's own user.
+
+Under systemd (Type=notify) it reports readiness, reloads and stopping,
+and feeds the watchdog when WatchdogSec= is set.
+
+Signals: SIGTERM or SIGINT stop it cleanly (every change undone), SIGHUP
+reloads the config.
+
+Files: /etc/mpsteer/mpsteer.yaml is the config of the packaged service
+(mpsteer.service; options in /etc/default/mpsteer, MPSTEER_OPTS); it is
+commented, and docs/daemon.md describes every key, the policies and the
+presets (mode: service handover|interactive|aggregate, interfaces
+on|off|backup|master, allow, deny). /run/mpsteer holds the API sockets and
+what to undo after a crash.`

@@ -1,0 +1,224 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"mpsteer/internal/api"
+	"mpsteer/internal/daemon"
+	"mpsteer/internal/lab/scenario"
+	"mpsteer/internal/lab/traffic"
+	labworld "mpsteer/internal/lab/world"
+	"mpsteer/internal/policy"
+	"mpsteer/internal/sockops"
+	"mpsteer/internal/testutil"
+	"mpsteer/internal/units"
+)
+
+// Receiver-assisted path health end to end, with the real daemons in a
+// lab world: the server reports, the client reads and acts; a server
+// without the program; and a middlebox that strips the option.
+
+const healthPaths = `
+hosts: {client: {cc: reno, rmem: 4MiB, wmem: 4MiB}, server: {cc: reno, rmem: 4MiB, wmem: 4MiB}}
+paths:
+  - {name: a, rate: 20mbit, delay: 5ms, queue: 100pkt}
+  - {name: b, rate: 20mbit, delay: 5ms, queue: 100pkt}
+`
+
+// upload runs an MPTCP upload for d; at half time the receiver's last hop
+// on path b starts dropping 20% (loss true). It returns the bytes the
+// server got.
+func upload(t *testing.T, w *labworld.World, d time.Duration, loss bool) int64 {
+	t.Helper()
+	client, server := w.Host(labworld.Client).NetNS, w.Host(labworld.Server).NetNS
+	b := &traffic.Bulk{ClientNS: client, ServerNS: server, Server: netip.AddrPortFrom(w.Paths[0].Server.Addr, 5201),
+		Proto: traffic.MPTCP, Upload: true, Duration: d}
+	done := make(chan error, 1)
+	var res traffic.BulkResult
+	go func() {
+		var err error
+		res, err = b.Run(context.Background())
+		done <- err
+	}()
+	if loss {
+		time.Sleep(d / 2)
+		p := units.Fraction(0.2)
+		if _, err := labworld.Control(w.Dir, labworld.Request{Op: "set", Link: w.Path("b").Link, Dir: scenario.DirUp,
+			Patch: &scenario.Patch{Loss: &p}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return res.Bytes
+}
+
+func subflowsOf(st *api.Status) []api.SubflowStatus {
+	var out []api.SubflowStatus
+	for _, c := range st.Connections {
+		out = append(out, c.Subflows...)
+	}
+	return out
+}
+
+// The server reports both paths on every subflow's ACKs; the client reads
+// the reports (paths named by address ids that match its subflows'), sees
+// path b go bad when its last hop starts losing, and sets it aside.
+func TestHealthReportsEndToEnd(t *testing.T) {
+	w := testutil.LabWorld(t, healthPaths, "mptcp")
+	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: lab}\n")
+	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
+	bAddr := w.Path("b").Client.Addr.String()
+	check := func(st *api.Status) error {
+		if st == nil || st.Health == nil || !st.Health.Parse {
+			return fmt.Errorf("client status without the health program: %+v", st)
+		}
+		var good, bad *api.SubflowStatus
+		for _, sf := range subflowsOf(st) {
+			sf := sf
+			if sf.Health == nil || sf.Health.Direction != "received" {
+				return fmt.Errorf("subflow %s→%s has no report: %+v", sf.Local, sf.Remote, sf.Health)
+			}
+			if strings.HasPrefix(sf.Local, bAddr+":") {
+				bad = &sf
+			} else {
+				good = &sf
+			}
+		}
+		switch {
+		case good == nil || bad == nil:
+			return fmt.Errorf("want both paths' subflows: %+v", subflowsOf(st))
+		case good.Health.AgeMs > 500 || good.Health.LastHopPct == nil || *good.Health.LastHopPct < 97:
+			return fmt.Errorf("path a's report: %+v", good.Health)
+		case bad.Decision == nil || !bad.Decision.Backup || bad.Decision.Policy != "ramptcp":
+			return fmt.Errorf("path b not set aside: %+v", bad.Decision)
+		case good.Decision == nil || good.Decision.Backup:
+			return fmt.Errorf("path a not active: %+v", good.Decision)
+		}
+		return nil
+	}
+	result := make(chan error, 1)
+	go func() {
+		// While the transfer runs (the loss starts at 3 s; it ends at 6 s
+		// with the connection), until the client has seen and acted.
+		time.Sleep(3500 * time.Millisecond)
+		var err error
+		for i := 0; i < 20; i++ {
+			st, _ := cli.Client.Status()
+			if err = check(st); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		result <- err
+	}()
+	if n := upload(t, w, 6*time.Second, true); n == 0 {
+		t.Fatal("nothing arrived")
+	}
+	if err := <-result; err != nil {
+		t.Fatal(err)
+	}
+	st, err := cli.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := srv.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ss.Health.Program
+	t.Logf("server: %v; client: %v", p, st.Health.Program)
+	if p["written"] == 0 || ss.Health.FitPct == nil || *ss.Health.FitPct < 50 {
+		t.Fatalf("server wrote %d reports, fit %v", p["written"], ss.Health.FitPct)
+	}
+	if st.Health.Program["parsed"] == 0 || st.Health.Program["malformed"] != 0 {
+		t.Fatalf("client parsed %d, malformed %d", st.Health.Program["parsed"], st.Health.Program["malformed"])
+	}
+}
+
+// A peer without the program sends no option: the transfer is as usual
+// and the policy has no opinion.
+func TestHealthWithoutReceiverProgram(t *testing.T) {
+	w := testutil.LabWorld(t, healthPaths, "mptcp")
+	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
+	got := make(chan *api.Status, 1)
+	go func() { time.Sleep(2500 * time.Millisecond); st, _ := cli.Client.Status(); got <- st }()
+	if n := upload(t, w, 3*time.Second, false); n < 5<<20 {
+		t.Fatalf("only %d bytes in 3 s over 2×20 Mbit/s", n)
+	}
+	st := <-got
+	if st.Health.Program["parsed"] != 0 {
+		t.Fatalf("parsed %d reports from a peer that sends none", st.Health.Program["parsed"])
+	}
+	for _, sf := range subflowsOf(st) {
+		if sf.Decision != nil || sf.Health != nil {
+			t.Fatalf("decision or report without reports: %+v %+v", sf.Decision, sf.Health)
+		}
+	}
+}
+
+// A middlebox strips the option on the way: the receiver writes it, the
+// sender never sees it, and the transfer goes on.
+func TestHealthOptionStripped(t *testing.T) {
+	w := testutil.LabWorld(t, healthPaths, "mptcp")
+	testutil.RequireRoot(t, "BPF")
+	strip, err := sockops.NewStripper(true) // TUN devices: no Ethernet header
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer strip.Close()
+	for _, p := range w.Paths {
+		if err := strip.Attach(w.Host(labworld.Client).NetNS, p.Client.Dev, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: transport}\n")
+	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
+	got := make(chan *api.Status, 1)
+	go func() { time.Sleep(2500 * time.Millisecond); st, _ := cli.Client.Status(); got <- st }()
+	if n := upload(t, w, 3*time.Second, false); n < 5<<20 {
+		t.Fatalf("only %d bytes in 3 s over 2×20 Mbit/s", n)
+	}
+	st := <-got
+	ss, err := srv.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripped, left := strip.Stats()
+	t.Logf("server wrote %d reports, the middlebox stripped %d packets (left %d), client parsed %d",
+		ss.Health.Program["written"], stripped, left, st.Health.Program["parsed"])
+	if ss.Health.Program["written"] == 0 || stripped == 0 || left != 0 {
+		t.Fatal("the option was not written, or not stripped")
+	}
+	if st.Health.Program["parsed"] != 0 || st.Health.Program["malformed"] != 0 {
+		t.Fatalf("client parsed %d, malformed %d after stripping", st.Health.Program["parsed"], st.Health.Program["malformed"])
+	}
+}
+
+func TestReportHealthConfig(t *testing.T) {
+	for src, want := range map[string]string{
+		"report_health: {source: lab, window: 50ms, min_segments: 8, ports: [5201], last_hop_window: 100ms}": "",
+		"report_health: {}":                       "",
+		"report_health: {source: radio}":          "source",
+		"report_health: {ports: [70000]}":         "ports",
+		"report_health: {window: 1ms}":            "window",
+		"report_health: {source: lab, colour: 1}": `unknown key "colour"`,
+	} {
+		cfg, err := daemon.ParseConfig("c.yaml", []byte(src), policy.Env{})
+		if want == "" {
+			if err != nil || cfg.ReportHealth == nil {
+				t.Errorf("%q: %v", src, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", src, err, want)
+		}
+	}
+}

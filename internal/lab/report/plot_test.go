@@ -1,0 +1,74 @@
+package report
+
+import (
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestTimeTicksAreRound(t *testing.T) {
+	for _, c := range []struct {
+		span, step, minor float64
+	}{{3, 1, 1}, {9.5, 1, 1}, {15, 2, 1}, {24, 2, 1}, {30, 5, 1}, {60, 5, 1}, {90, 10, 2}, {200, 20, 10}, {600, 50, 10}} {
+		step, minor := TimeStep(c.span)
+		if step != c.step || minor != c.minor {
+			t.Errorf("span %vs: step %v minor %v, want %v and %v", c.span, step, minor, c.step, c.minor)
+		}
+	}
+	var labels []string
+	for _, tk := range (TimeTicks{}).Ticks(0, 15.3) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+		if tk.Value != math.Round(tk.Value) {
+			t.Errorf("tick at %v is not a whole second", tk.Value)
+		}
+	}
+	if got := len(labels); got != 8 || labels[0] != "0" || labels[1] != "2" || labels[7] != "14" {
+		t.Errorf("labels over 0–15.3 s: %v, want every 2 s from 0 to 14", labels)
+	}
+}
+
+// The legend sits to the right of the data area: the column it takes
+// holds no data line, only the legend's text and swatches.
+func TestLegendIsOutsideTheData(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.png")
+	x := []float64{0, 5, 10, 15}
+	lines := []Line{{Name: "application goodput", X: x, Y: []float64{10, 10, 10, 10}},
+		{Name: "path wifi (acked)", X: x, Y: []float64{9.9, 9.9, 0, 9.9}, Dash: true},
+		{Name: "path lte (acked)", X: x, Y: []float64{0, 0, 9.9, 0}, Dash: true}}
+	if err := PlotLines(file, "demo", "goodput (Mbit/s)", lines, []Mark{{X: 7, Label: "wifi down"}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := img.Bounds()
+	if b.Dx() < 800 {
+		t.Fatalf("image %v", b)
+	}
+	// The data's top line (y = 10, the maximum) reaches the top of the
+	// data area, which must end left of the legend column: the right
+	// tenth of the image, just below the title, has the legend's text
+	// (dark pixels) and nothing drawn in the series' first colour spans
+	// it horizontally (a data line would).
+	row := b.Min.Y + b.Dy()/6
+	dark := 0
+	for x := b.Max.X - b.Dx()/5; x < b.Max.X; x++ {
+		r, g, bl, _ := img.At(x, row).RGBA()
+		if r < 0x8000 && g < 0x8000 && bl < 0x8000 {
+			dark++
+		}
+	}
+	if dark > b.Dx()/10 {
+		t.Errorf("a long dark run (%d px) at the legend's height on the right: a data line under the legend?", dark)
+	}
+}

@@ -1,0 +1,467 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"mpsteer/internal/observe"
+	"mpsteer/internal/units"
+	"mpsteer/internal/yamlcfg"
+)
+
+// RAMPTCP is receiver-assisted MPTCP (paper: ramptcp-edge-clouds): the
+// data's receiver reports, in a TCP option on its ACKs over every subflow,
+// what it sees of each path — loss indications at the transport level and
+// the health of its own last hop (radio, or the lab's emulated link) — and
+// the sender marks a path inactive (backup) when its report crosses a
+// threshold, so new data stops going where the receiver's last hop loses
+// it, long before the sender's own SRTT would show it.
+//
+// The transport's loss indications cannot tell a failing last hop from
+// congestion (a queue that overflows drops packets too): when the
+// receiver's last hop is known to be healthy, they do not count, and they
+// do not count during a path's first Warmup (slow start overshoots the
+// bottleneck's queue).
+//
+// Hysteresis, as the paper asks: a path goes inactive when its loss
+// reaches LossHigh (or its last hop's health falls to HealthLow) and comes
+// back only after Hold, and only if a probe (the path usable again for
+// ProbeWindow) brings reports at or below LossLow (and last-hop health at
+// or above HealthHigh). A failed probe doubles the hold, up to MaxHold, so
+// intermittent loss cannot make it flap. While the receiver's last hop is
+// known to be bad (a radio keeps reporting while idle), no probe is spent.
+//
+// Never below single-path TCP over the better path: a connection always
+// keeps at least one path active (the healthiest), and without reports
+// (a peer that does not send them, a middlebox that strips them) the
+// policy has no opinion and the kernel's default applies.
+//
+// Signal "sender" runs the same rule on what the sender sees alone (its
+// subflows' retransmissions per segment sent over Window), for comparison.
+type RAMPTCP struct {
+	mu          sync.Mutex
+	LossHigh    float64
+	LossLow     float64
+	HealthLow   float64
+	HealthHigh  float64
+	Hold        time.Duration
+	MaxHold     time.Duration
+	ProbeWindow time.Duration
+	// Stale: a report older than this says nothing; when no path of a
+	// connection has a fresh one, the policy lets go of it.
+	Stale  time.Duration
+	Signal string // reports (default) or sender
+	// Window and MinSegments are the sender signal's (retransmissions per
+	// segment sent over Window, known from MinSegments segments on).
+	Window      time.Duration
+	MinSegments float64
+	// Warmup: a path's transport loss does not count this long after it
+	// appears.
+	Warmup time.Duration
+	// NotSentLowat bounds the unsent data MPTCP queues on each subflow
+	// (Requirements.NotSentLowat): what is queued on a path when it is set
+	// inactive still leaves over it, at its failing rate, while the
+	// receiver waits for it. 0 leaves the kernel's default.
+	NotSentLowat units.Size
+
+	conns  map[uint32]*rampConn
+	status []RAMPTCPConnStatus
+}
+
+type rampKey struct{ local, remote uint8 }
+
+type rampPath struct {
+	born          time.Time
+	state         string // active, inactive, probing
+	since         time.Time
+	hold          time.Duration
+	probeStart    time.Time
+	probeUntil    time.Time
+	inactivations int
+	probes        int
+	why           string
+	lastInactive  time.Time
+}
+
+type rampConn struct {
+	paths map[rampKey]*rampPath
+	// sender signal: per subflow samples
+	sent map[SubflowID]*rampSamples
+}
+
+type rampSamples struct {
+	at      []time.Time
+	retrans []uint32
+	segs    []float64
+}
+
+// RAMPTCPConnStatus explains one connection.
+type RAMPTCPConnStatus struct {
+	Token string              `json:"token"`
+	Paths []RAMPTCPPathStatus `json:"paths"`
+}
+
+// RAMPTCPPathStatus is one path's report and state.
+type RAMPTCPPathStatus struct {
+	Path          string   `json:"path"` // "local id→remote id"
+	Subflows      []string `json:"subflows"`
+	State         string   `json:"state"` // active, inactive, probing
+	LossPct       *float64 `json:"loss_pct,omitempty"`
+	LastHopPct    *float64 `json:"last_hop_pct,omitempty"`
+	ReportAgeMs   *float64 `json:"report_age_ms,omitempty"`
+	Reports       uint32   `json:"reports"`
+	HoldMs        float64  `json:"hold_ms"`
+	Inactivations int      `json:"times_inactive"`
+	Probes        int      `json:"probes"`
+	LastInactive  string   `json:"last_inactive,omitempty"`
+	Reason        string   `json:"reason"`
+}
+
+func init() {
+	Register("ramptcp", func(m *yamlcfg.Map, env Env) Policy {
+		r := NewRAMPTCP()
+		r.LossHigh = float64(m.Fraction("loss_high", units.Fraction(r.LossHigh)))
+		r.LossLow = float64(m.Fraction("loss_low", units.Fraction(r.LossLow)))
+		r.HealthLow = float64(m.Fraction("health_low", units.Fraction(r.HealthLow)))
+		r.HealthHigh = float64(m.Fraction("health_high", units.Fraction(r.HealthHigh)))
+		r.Hold = m.Duration("hold", r.Hold)
+		r.MaxHold = m.Duration("max_hold", r.MaxHold)
+		r.ProbeWindow = m.Duration("probe_window", r.ProbeWindow)
+		r.Stale = m.Duration("stale", r.Stale)
+		r.Signal = m.Enum("signal", r.Signal, "reports", "sender")
+		r.Window = m.Duration("window", r.Window)
+		r.MinSegments = float64(m.Int("min_segments", int(r.MinSegments), 1, 100000))
+		r.Warmup = m.Duration("warmup", r.Warmup)
+		r.NotSentLowat = m.Size("notsent_lowat", r.NotSentLowat)
+		if r.NotSentLowat < 0 || r.NotSentLowat > 1<<30 {
+			m.Errorf("notsent_lowat", "%v is outside 0 to 1GiB", r.NotSentLowat)
+		}
+		if r.LossLow > r.LossHigh {
+			m.Errorf("loss_low", "%v is above loss_high %v (the hysteresis needs low ≤ high)", units.Fraction(r.LossLow), units.Fraction(r.LossHigh))
+		}
+		if r.HealthLow > r.HealthHigh {
+			m.Errorf("health_low", "%v is above health_high %v", units.Fraction(r.HealthLow), units.Fraction(r.HealthHigh))
+		}
+		if r.Hold <= 0 {
+			m.Errorf("hold", "must be above 0s")
+		}
+		if r.MaxHold < r.Hold {
+			m.Errorf("max_hold", "%v is below hold %v", r.MaxHold, r.Hold)
+		}
+		if r.ProbeWindow <= 0 {
+			m.Errorf("probe_window", "must be above 0s")
+		}
+		if r.Stale <= 0 {
+			m.Errorf("stale", "must be above 0s")
+		}
+		if r.Window <= 0 {
+			m.Errorf("window", "must be above 0s")
+		}
+		return r
+	})
+}
+
+// NewRAMPTCP makes the policy with its defaults.
+func NewRAMPTCP() *RAMPTCP {
+	return &RAMPTCP{LossHigh: 0.10, LossLow: 0.02, Warmup: time.Second, NotSentLowat: units.Size(64 << 10), HealthLow: 0.90, HealthHigh: 0.97, Hold: time.Second,
+		MaxHold: 8 * time.Second, ProbeWindow: 300 * time.Millisecond, Stale: time.Second, Signal: "reports",
+		Window: 100 * time.Millisecond, MinSegments: 16, conns: map[uint32]*rampConn{}}
+}
+
+// Name is "ramptcp".
+func (r *RAMPTCP) Name() string { return "ramptcp" }
+
+// Requirements: the peer's reports must be read.
+func (r *RAMPTCP) Requirements() Requirements {
+	return Requirements{HealthReports: r.Signal == "reports", NotSentLowat: int(r.NotSentLowat)}
+}
+
+// Decide runs the rule for every connection.
+func (r *RAMPTCP) Decide(s *Snapshot) []Action {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Action
+	var status []RAMPTCPConnStatus
+	seen := map[uint32]bool{}
+	for _, c := range s.Conns {
+		seen[c.Token] = true
+		st := r.conns[c.Token]
+		if st == nil {
+			st = &rampConn{paths: map[rampKey]*rampPath{}, sent: map[SubflowID]*rampSamples{}}
+			r.conns[c.Token] = st
+		}
+		acts, cs := r.decideConn(s.Now, c, st)
+		out = append(out, acts...)
+		if cs != nil {
+			status = append(status, *cs)
+		}
+	}
+	for tok := range r.conns {
+		if !seen[tok] {
+			delete(r.conns, tok)
+		}
+	}
+	r.status = status
+	return out
+}
+
+// senderHealth is the sender signal: retransmissions per segment sent
+// over the window, per subflow.
+func (r *RAMPTCP) senderHealth(now time.Time, c *Conn, st *rampConn) {
+	live := map[SubflowID]bool{}
+	c.Health = nil
+	for _, sf := range c.Subflows {
+		id := ID(sf)
+		live[id] = true
+		w := st.sent[id]
+		if w == nil {
+			w = &rampSamples{}
+			st.sent[id] = w
+		}
+		mss := float64(max(sf.MSS, 536))
+		w.at = append(w.at, now)
+		w.retrans = append(w.retrans, sf.TotalRetrans)
+		w.segs = append(w.segs, float64(sf.BytesSent)/mss)
+		i := 0
+		for i < len(w.at)-1 && now.Sub(w.at[i+1]) >= r.Window {
+			i++
+		}
+		w.at, w.retrans, w.segs = w.at[i:], w.retrans[i:], w.segs[i:]
+		h := PathHealth{LocalID: sf.LocalID, RemoteID: sf.RemoteID, Received: now, Reports: 1}
+		if n := len(w.at); n > 1 {
+			segs := w.segs[n-1] - w.segs[0]
+			if segs >= r.MinSegments {
+				h.Loss, h.LossKnown = min(float64(w.retrans[n-1]-w.retrans[0])/segs, 1), true
+			}
+		}
+		c.Health = append(c.Health, h)
+	}
+	for id := range st.sent {
+		if !live[id] {
+			delete(st.sent, id)
+		}
+	}
+}
+
+// judge tells whether a report says the path is bad, or good enough to
+// come back; neither when it says nothing (an idle path, no last hop).
+func (r *RAMPTCP) judge(h PathHealth, warm bool) (bad, good bool) {
+	lossBad := h.LossKnown && h.Loss >= r.LossHigh && warm && !(h.LastHopKnown && h.LastHop >= r.HealthHigh)
+	bad = lossBad || (h.LastHopKnown && h.LastHop <= r.HealthLow)
+	good = (h.LossKnown || h.LastHopKnown) && (!h.LossKnown || h.Loss <= r.LossLow) &&
+		(!h.LastHopKnown || h.LastHop >= r.HealthHigh)
+	return bad, good
+}
+
+func describe(h PathHealth, fresh bool, now time.Time) string {
+	if !fresh {
+		return "no fresh report"
+	}
+	s := "loss ?"
+	if h.LossKnown {
+		s = fmt.Sprintf("loss %.1f%%", 100*h.Loss)
+	}
+	if h.LastHopKnown {
+		s += fmt.Sprintf(", last hop %.1f%%", 100*h.LastHop)
+	}
+	return s + fmt.Sprintf(" (%s ago)", fmtMs(now.Sub(h.Received)))
+}
+
+func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *RAMPTCPConnStatus) {
+	if r.Signal == "sender" {
+		cc := *c
+		c = &cc
+		r.senderHealth(now, c, st)
+	}
+	fresh := func(h PathHealth) bool { return !h.Received.IsZero() && now.Sub(h.Received) <= r.Stale }
+	anyFresh := false
+	for _, h := range c.Health {
+		anyFresh = anyFresh || fresh(h)
+	}
+	var out []Action
+	if !anyFresh {
+		if len(st.paths) == 0 {
+			return nil, nil // never heard a report: no opinion
+		}
+		// No fresh report. While nothing at all comes back (the connection
+		// is stalled or idle) there is nothing to learn: the paths keep
+		// their state. When ACKs keep coming without reports (the peer
+		// stopped sending them, or something strips them), fail open, once,
+		// and forget.
+		acked := false
+		for _, sf := range c.Subflows {
+			acked = acked || sf.LastAckRecv < r.Stale
+		}
+		if !acked {
+			cs := &RAMPTCPConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
+			for _, sf := range c.Subflows {
+				if ps := st.paths[rampKey{sf.LocalID, sf.RemoteID}]; ps != nil {
+					out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: ps.state == "inactive",
+						Reason: "no ACK for " + r.Stale.String() + ": kept as it was (" + ps.why + ")"})
+				}
+			}
+			return out, cs
+		}
+		for _, sf := range c.Subflows {
+			out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: false,
+				Reason: fmt.Sprintf("no report from the peer for %s: the kernel's default", r.Stale)})
+		}
+		st.paths = map[rampKey]*rampPath{}
+		return out, &RAMPTCPConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
+	}
+
+	// The state of each path (subflows on the same address ids share it).
+	subflowsOf := map[rampKey][]observe.Subflow{}
+	var keys []rampKey
+	for _, sf := range c.Subflows {
+		k := rampKey{sf.LocalID, sf.RemoteID}
+		if _, ok := subflowsOf[k]; !ok {
+			keys = append(keys, k)
+		}
+		subflowsOf[k] = append(subflowsOf[k], sf)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].local < keys[j].local || keys[i].local == keys[j].local && keys[i].remote < keys[j].remote
+	})
+	for k := range st.paths {
+		if _, ok := subflowsOf[k]; !ok {
+			delete(st.paths, k)
+		}
+	}
+	reports := map[rampKey]PathHealth{}
+	for _, h := range c.Health {
+		reports[rampKey{h.LocalID, h.RemoteID}] = h
+	}
+	for _, k := range keys {
+		ps := st.paths[k]
+		if ps == nil {
+			ps = &rampPath{state: "active", since: now, hold: r.Hold, born: now}
+			st.paths[k] = ps
+		}
+		h, ok := reports[k]
+		isFresh := ok && fresh(h)
+		var bad, good bool
+		if isFresh {
+			bad, good = r.judge(h, now.Sub(ps.born) >= r.Warmup)
+		}
+		what := describe(h, isFresh, now)
+		switch ps.state {
+		case "active":
+			ps.why = "active: " + what
+			if bad {
+				ps.state, ps.since = "inactive", now
+				ps.inactivations++
+				ps.lastInactive = now
+				ps.why = fmt.Sprintf("inactive: the receiver reports %s (limits: loss %.1f%%, last hop %.1f%%); hold %s",
+					what, 100*r.LossHigh, 100*r.HealthLow, ps.hold)
+			}
+		case "inactive":
+			if now.Sub(ps.since) < ps.hold {
+				break
+			}
+			if isFresh && h.LastHopKnown && h.LastHop <= r.HealthLow && h.Received.After(ps.since) {
+				// The receiver's radio still says bad: no probe spent.
+				ps.since = now
+				ps.why = fmt.Sprintf("inactive: the last hop is still bad (%s); hold %s", what, ps.hold)
+				break
+			}
+			ps.state, ps.probeStart, ps.probeUntil = "probing", now, now.Add(r.ProbeWindow)
+			ps.probes++
+			ps.why = fmt.Sprintf("probing for %s after a hold of %s", r.ProbeWindow, ps.hold)
+		case "probing":
+			recent := isFresh && h.Received.After(ps.probeStart)
+			switch {
+			case recent && bad:
+				ps.hold = min(2*ps.hold, r.MaxHold)
+				ps.state, ps.since = "inactive", now
+				ps.inactivations++
+				ps.lastInactive = now
+				ps.why = fmt.Sprintf("inactive again: the probe brought %s; hold %s", what, ps.hold)
+			case !now.Before(ps.probeUntil) && recent && good:
+				ps.state, ps.since, ps.hold = "active", now, r.Hold
+				ps.why = "active again: the probe brought " + what
+			case !now.Before(ps.probeUntil):
+				ps.hold = min(2*ps.hold, r.MaxHold)
+				ps.state, ps.since = "inactive", now
+				ps.why = fmt.Sprintf("inactive: the probe brought no good report (%s); hold %s", what, ps.hold)
+			default:
+				ps.why = fmt.Sprintf("probing for %s more: %s", fmtMs(ps.probeUntil.Sub(now)), what)
+			}
+		}
+	}
+
+	// Never every path inactive: the healthiest stays (never below
+	// single-path TCP over the better path).
+	inactive := 0
+	for _, k := range keys {
+		if st.paths[k].state == "inactive" {
+			inactive++
+		}
+	}
+	keep := rampKey{}
+	kept := false
+	if inactive == len(keys) && len(keys) > 0 {
+		best, bestScore := keys[0], -1.0
+		for _, k := range keys {
+			h, ok := reports[k]
+			score := 0.5
+			if ok && fresh(h) {
+				score = 1
+				if h.LossKnown {
+					score -= h.Loss
+				}
+				if h.LastHopKnown {
+					score = min(score, h.LastHop)
+				}
+			}
+			if score > bestScore {
+				best, bestScore = k, score
+			}
+		}
+		keep, kept = best, true
+	}
+
+	cs := &RAMPTCPConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
+	for _, k := range keys {
+		ps := st.paths[k]
+		backup := ps.state == "inactive"
+		reason := ps.why
+		if kept && k == keep {
+			backup = false
+			reason = "every path looks bad; this one is the healthiest and stays active (never below single-path TCP): " + ps.why
+		}
+		ps2 := RAMPTCPPathStatus{Path: fmt.Sprintf("%d→%d", k.local, k.remote), State: ps.state, HoldMs: float64(ps.hold) / 1e6,
+			Inactivations: ps.inactivations, Probes: ps.probes, Reason: reason}
+		if !ps.lastInactive.IsZero() {
+			ps2.LastInactive = ps.lastInactive.Format(time.RFC3339Nano)
+		}
+		if h, ok := reports[k]; ok {
+			ps2.Reports = h.Reports
+			age := float64(now.Sub(h.Received)) / 1e6
+			ps2.ReportAgeMs = &age
+			if h.LossKnown {
+				v := 100 * h.Loss
+				ps2.LossPct = &v
+			}
+			if h.LastHopKnown {
+				v := 100 * h.LastHop
+				ps2.LastHopPct = &v
+			}
+		}
+		for _, sf := range subflowsOf[k] {
+			ps2.Subflows = append(ps2.Subflows, ID(sf).String())
+			out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: backup, Reason: reason})
+		}
+		cs.Paths = append(cs.Paths, ps2)
+	}
+	return out, cs
+}
+
+// Status reports the last round.
+func (r *RAMPTCP) Status() any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}

@@ -1,0 +1,542 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"mpsteer/internal/observe"
+	"mpsteer/internal/stats"
+	"mpsteer/internal/units"
+	"mpsteer/internal/yamlcfg"
+)
+
+// shaper decides, every round, which of a connection's subflows carry
+// traffic and at what rate, so that no subflow holds data the others wait
+// for at the receiver: the core that ecf and dynthresh share.
+//
+// A path earns its traffic before it gets it. The main path (the one that
+// has carried the most; the initial subflow while it warms up, for
+// WarmupRTTs of its RTT) is never held back. Every other subflow is:
+//   - aside (backup) when it joins, and between trials;
+//   - on trial: it carries traffic for one trial period (3 of its RTTs, at
+//     least 300 ms, plus one RTT for its first data to come back), one
+//     subflow of a connection at a time. It passes if the connection then
+//     delivers in order (DATA_ACKs) Gain more than just before, while it
+//     was aside; else it goes aside again and the next trial waits Retry,
+//     then twice as long after every failed trial (up to 16× Retry);
+//   - free: it passed. It is set aside again (and retried the same way)
+//     when the connection delivers Margin less than its main path alone
+//     for a second: the paper's threshold, as a safety net;
+//   - capped (InTimeCaps): a far path (base RTT SlowFactor× the main
+//     one's) is held to what arrives in time within the receive window W:
+//     the window spans what is sent over the lag between a byte sent there
+//     and its DATA_ACK returning over the main path (about the mean of the
+//     two base RTTs), so (C_main + r)·lag ≤ Headroom·W. The MPTCP scheduler
+//     hands a subflow bursts of up to 64 KiB, which wait behind its cap for
+//     64 KiB/r: that adds to the lag (see inTimeRate). Where the model
+//     leaves less than a burst per lag, it stays uncapped: the trial and
+//     the safety net, which see what the connection delivers, decide (the
+//     model is conservative: MPTCP's bursts are often smaller).
+type shaper struct {
+	Margin float64
+	Gain   float64
+	Retry  time.Duration
+	// InTimeCaps: far paths are capped to what arrives in time.
+	InTimeCaps bool
+	SlowFactor float64
+	// SlowShare: a near joiner that carries less than this share of the
+	// main path's bytes in its entry period goes aside.
+	SlowShare float64
+	// FarTrialRTTs: a far joiner's first trial waits this many of its RTTs
+	// (at least Retry).
+	FarTrialRTTs float64
+	Headroom     float64
+	// Window overrides the receive window planned for (0: the window the
+	// peer advertises).
+	Window     units.Size
+	WarmupRTTs float64
+	// NotSentLowat bounds what MPTCP queues, unsent, on each subflow
+	// (TCP_NOTSENT_LOWAT): data queued on a path that is then set aside
+	// must still go out there, and the receiver waits for it. Off by
+	// default: MPTCP refills a subflow's queue only as it drains, so 64 KiB
+	// holds a 400 ms path to about 1.3 Mbit/s (measured: asym-5 fell from
+	// 192 to 13 Mbit/s).
+	NotSentLowat units.Size
+	conns        map[uint32]*shapeConn
+}
+
+func (p *shaper) requirements() Requirements {
+	return Requirements{Limits: p.InTimeCaps, NotSentLowat: int(p.NotSentLowat), JoinBackup: true}
+}
+
+// parse reads the shaper's keys of a policy's config entry.
+func (p *shaper) parse(m *yamlcfg.Map) {
+	p.Margin = float64(m.Fraction("margin", units.Fraction(p.Margin)))
+	p.Gain = float64(m.Fraction("gain", units.Fraction(p.Gain)))
+	p.Retry = m.Duration("retry", p.Retry)
+	if p.Retry <= 0 && !m.Failed("retry") {
+		m.Errorf("retry", "must be above 0s")
+	}
+	p.InTimeCaps = m.Bool("in_time_caps", p.InTimeCaps)
+	p.SlowFactor = m.Float("slow_factor", p.SlowFactor, 1, 100)
+	p.SlowShare = float64(m.Fraction("slow_share", units.Fraction(p.SlowShare)))
+	p.FarTrialRTTs = m.Float("far_trial_rtts", p.FarTrialRTTs, 0, 1000)
+	p.Headroom = float64(m.Fraction("headroom", units.Fraction(p.Headroom)))
+	if p.Headroom <= 0 && !m.Failed("headroom") {
+		m.Errorf("headroom", "must be above 0%%")
+	}
+	p.Window = m.Size("window", p.Window)
+	p.WarmupRTTs = m.Float("warmup_rtts", p.WarmupRTTs, 0, 1000)
+	p.NotSentLowat = m.Size("notsent_lowat", p.NotSentLowat)
+	if (p.NotSentLowat < 0 || p.NotSentLowat > 1<<30) && !m.Failed("notsent_lowat") {
+		m.Errorf("notsent_lowat", "%v is outside 0 to 1GiB (0: left alone)", p.NotSentLowat)
+	}
+}
+
+func newShaper() shaper {
+	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, SlowFactor: 1.25, SlowShare: 0.25, FarTrialRTTs: 25,
+		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}}
+}
+
+// burst is the most the MPTCP scheduler hands a subflow at once.
+const burst = 64 << 10
+
+type shapeConn struct {
+	subs   map[SubflowID]*shapeSub
+	wnd    peak
+	agg    rate        // DATA_ACKed bytes per second, over 1 s
+	recent recentRates // agg over the last 3 s, for its median
+	below  time.Time   // since when it delivers less than without its other paths
+	trial  SubflowID   // the subflow on trial (zero: none)
+	// alone: what the connection delivered without the subflow last put on
+	// trial (0: no trial yet; the main path's level counts).
+	alone float64
+}
+
+// Subflow states.
+const (
+	shAside  = "aside"
+	shEntry  = "entry"
+	shTrial  = "trial"
+	shFree   = "free"
+	shCapped = "capped"
+)
+
+type shapeSub struct {
+	seen    time.Time
+	initial bool
+	acked   rate        // bytes acknowledged per second, over 1 s
+	recent  recentRates // acked over the last 3 s, for its median
+	level   peak        // the best of that median over 30 s
+	best    peak        // the best of acked (full 1 s windows) over 30 s
+	state   string
+	why     string
+	// Trials: when this one started, what the connection delivered before
+	// it, the DATA_ACK counter after its first RTT; when the next is due
+	// and how long the one after that waits.
+	trialStart time.Time
+	before     float64
+	mark       uint64
+	markAt     time.Time
+	nextTrial  time.Time
+	retry      time.Duration
+	// Entry (a near joiner): until when, and the byte counters of it and
+	// of the main path when it joined.
+	entryUntil time.Time
+	entryBytes uint64
+	mainBytes  uint64
+	mainSet    bool
+}
+
+// ShapeSubflowStatus is one subflow's numbers and state.
+type ShapeSubflowStatus struct {
+	Subflow  string  `json:"subflow"`
+	RTTMs    float64 `json:"base_rtt_ms"`
+	RateMbit float64 `json:"rate_mbit"`
+	BestMbit float64 `json:"best_mbit"`
+	State    string  `json:"state"`
+	Cap      string  `json:"cap"`
+	Why      string  `json:"why"`
+}
+
+// ShapeConnStatus is one connection's decisions.
+type ShapeConnStatus struct {
+	Token         string               `json:"token"`
+	Main          string               `json:"main_subflow,omitempty"`
+	MainMbit      float64              `json:"main_mbit"`
+	AggregateMbit float64              `json:"aggregate_mbit"`
+	WindowB       uint64               `json:"window_bytes"`
+	Subflows      []ShapeSubflowStatus `json:"subflows"`
+}
+
+// capacity is what a subflow has shown it carries: the best it delivered,
+// or cwnd·MSS/SRTT while it has no full second of delivery yet.
+func (s *shapeSub) capacity(sf observe.Subflow) float64 {
+	if len(s.best.v) == 0 {
+		return sf.ThroughputEstimate()
+	}
+	return s.best.v[0]
+}
+
+// shape decides one connection: the actions and its status.
+func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
+	cs := ShapeConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
+	st := p.conns[c.Token]
+	if st == nil {
+		st = &shapeConn{subs: map[SubflowID]*shapeSub{}}
+		p.conns[c.Token] = st
+	}
+	var wnd uint64
+	var sum float64
+	present := map[SubflowID]bool{}
+	cur := map[SubflowID]float64{}
+	for _, sf := range c.Subflows {
+		id := ID(sf)
+		present[id] = true
+		s := st.subs[id]
+		if s == nil {
+			s = &shapeSub{seen: now, initial: sf.LocalID == 0 && (!c.Local.IsValid() || sf.Local == c.Local),
+				state: shAside, retry: p.Retry, why: "joined: aside until its trial"}
+			if s.initial || len(c.Subflows) == 1 {
+				s.state, s.why = shFree, "the connection's first path"
+			} else if baseRTT(sf) == 0 {
+				// Known from an event only: its RTT shows with the next
+				// sample (a far path must not carry anything meanwhile).
+				s.why = "joined: aside until its RTT is known"
+			} else if p.nearJoin(st, c, sf) {
+				// As near as the paths in use (by its handshake's RTT): it
+				// carries from the start, as MPTCP would have it (a short
+				// transfer needs it at once), and is judged by its share
+				// after its entry period.
+				s.state, s.entryUntil, s.entryBytes = shEntry, now.Add(max(300*time.Millisecond, 3*baseRTT(sf))), sf.BytesAcked
+				s.why = "joined as near as the paths in use: carries while it shows its share"
+			}
+			if s.state == shAside && baseRTT(sf) > 0 {
+				// A far joiner's trial stalls the connection for about its
+				// RTT: its first waits FarTrialRTTs of them (a short
+				// transfer never pays for it).
+				s.nextTrial = now.Add(max(p.Retry, time.Duration(p.FarTrialRTTs*float64(baseRTT(sf)))))
+			}
+			st.subs[id] = s
+		}
+		r, full := s.acked.over(now, sf.BytesAcked, time.Second)
+		cur[id], sum = r, sum+r
+		s.recent.add(now, r, 3*time.Second)
+		if full && s.state != shAside {
+			s.best.add(now, r, 30*time.Second)
+			s.level.add(now, s.recent.median(), 30*time.Second)
+		}
+		wnd = max(wnd, uint64(sf.SndWnd))
+	}
+	for id := range st.subs {
+		if !present[id] {
+			delete(st.subs, id)
+		}
+	}
+	if !present[st.trial] {
+		st.trial = SubflowID{}
+	}
+	// What the connection delivers in order (the sum of its subflows' when
+	// the kernel gives no connection-level counter).
+	bytes := c.BytesAcked
+	agg, aggFull := st.agg.over(now, bytes, time.Second)
+	if bytes == 0 {
+		agg, aggFull = sum, true
+	}
+	st.recent.add(now, agg, 3*time.Second)
+	wnd = uint64(st.wnd.add(now, float64(wnd), 3*time.Second))
+	if p.Window > 0 {
+		wnd = uint64(p.Window)
+	}
+	cs.WindowB, cs.AggregateMbit = wnd, agg*8/1e6
+	if len(c.Subflows) < 2 {
+		for _, sf := range c.Subflows {
+			if s := st.subs[ID(sf)]; s.state != shFree {
+				s.state, s.why = shFree, "the connection's only path"
+			}
+		}
+		return nil, cs
+	}
+
+	// The main path: the one that carried the most (a warming initial
+	// subflow stays it).
+	main := c.Subflows[0]
+	best := -1.0
+	for _, sf := range c.Subflows {
+		s := st.subs[ID(sf)]
+		if s.initial && now.Sub(s.seen) < time.Duration(p.WarmupRTTs*float64(max(sf.SRTT, time.Millisecond))) {
+			main, best = sf, math.Inf(1)
+		}
+		if s.state != shAside && s.capacity(sf) > best {
+			main, best = sf, s.capacity(sf)
+		}
+	}
+	mainID := ID(main)
+	ms := st.subs[mainID]
+	// Trials wait until the initial path has warmed up (and carried for
+	// half a second): before that, "without it" is not a baseline.
+	warming := ms.initial && now.Sub(ms.seen) < max(500*time.Millisecond, time.Duration(p.WarmupRTTs*float64(max(main.SRTT, time.Millisecond))))
+	mainNow := ms.recent.median() // what it carries now, without 1 s spikes
+	cs.Main, cs.MainMbit = mainID.String(), mainNow*8/1e6
+	if ms.state != shFree {
+		ms.state, ms.why = shFree, "main path"
+	}
+
+	// Joiners whose RTT was unknown: near ones enter now, far ones wait
+	// for their trial.
+	for _, sf := range c.Subflows {
+		s := st.subs[ID(sf)]
+		if s.state != shAside || !s.nextTrial.IsZero() || baseRTT(sf) == 0 || ID(sf) == mainID {
+			continue
+		}
+		if p.nearJoin(st, c, sf) {
+			s.state, s.entryUntil, s.entryBytes = shEntry, now.Add(max(300*time.Millisecond, 3*baseRTT(sf))), sf.BytesAcked
+			s.why = "joined as near as the paths in use: carries while it shows its share"
+		} else {
+			s.nextTrial = now.Add(max(p.Retry, time.Duration(p.FarTrialRTTs*float64(baseRTT(sf)))))
+			s.why = fmt.Sprintf("joined far (base RTT %s): aside until its trial", fmtMs(baseRTT(sf)))
+		}
+	}
+
+	// Entries that end (after the main path's warm-up too): the joiner
+	// stays if it carried SlowShare of what the main path did meanwhile.
+	for _, sf := range c.Subflows {
+		s := st.subs[ID(sf)]
+		if s.state != shEntry || ID(sf) == mainID {
+			continue
+		}
+		if !s.mainSet {
+			s.mainBytes, s.mainSet = main.BytesAcked, true
+			continue
+		}
+		if now.Before(s.entryUntil) || warming {
+			continue
+		}
+		own := float64(sf.BytesAcked - min(s.entryBytes, sf.BytesAcked))
+		other := float64(main.BytesAcked - min(s.mainBytes, main.BytesAcked))
+		if own < p.SlowShare*other {
+			p.setAside(now, s, fmt.Sprintf("it carried %s in its first %s, %.0f%% of the main path's %s",
+				units.Size(own), fmtMs(now.Sub(s.seen)), 100*own/math.Max(other, 1), units.Size(other)))
+		} else {
+			s.state = shFree
+			s.why = fmt.Sprintf("carried %.0f%% of the main path's bytes in its first %s", 100*own/math.Max(other, 1), fmtMs(now.Sub(s.seen)))
+		}
+	}
+
+	// The safety net: the connection delivers less than without its other
+	// paths (what it did before the last trial, or its main path's level,
+	// the best 3 s median of the last 30 s), for a second (and 2 RTTs of
+	// the main path): the slowest free subflow goes aside (one per round).
+	alone := st.alone
+	if alone == 0 {
+		alone = ms.level.max()
+	}
+	if aggFull && agg < (1-p.Margin)*alone && !warming {
+		if st.below.IsZero() {
+			st.below = now
+		}
+		if now.Sub(st.below) >= max(time.Second, 2*main.SRTT) {
+			var worst *shapeSub
+			for _, sf := range c.Subflows {
+				s := st.subs[ID(sf)]
+				if ID(sf) != mainID && (s.state == shFree || s.state == shCapped || s.state == shEntry) && (worst == nil || s.capacity(sf) < worst.capacity(sf)) {
+					worst = s
+				}
+			}
+			if worst != nil {
+				p.setAside(now, worst, fmt.Sprintf("the connection delivered %s in order, below the %s it did without it", mbit(agg), mbit(alone)))
+				st.below = now
+			}
+		}
+	} else {
+		st.below = time.Time{}
+	}
+
+	// The trial that is running ends, or the one that is due starts.
+	if t := st.subs[st.trial]; t != nil {
+		p.judge(now, st, t, c)
+	}
+	if st.trial == (SubflowID{}) && !warming {
+		for _, sf := range c.Subflows {
+			s := st.subs[ID(sf)]
+			// (Only while the connection delivers at its level: a trial
+			// against a ramping or recovering baseline would pass anything.)
+			if s.state == shAside && !now.Before(s.nextTrial) && st.recent.median() > 0 && st.recent.median() >= (1-p.Margin)*ms.level.max() {
+				st.trial = ID(sf)
+				// Without it: what the connection delivered lately, at least
+				// what its main path alone carries (the last seconds may
+				// still hold the damage of its last turn).
+				s.state, s.trialStart, s.before, s.mark, s.markAt = shTrial, now, math.Max(st.recent.median(), mainNow), 0, time.Time{}
+				st.alone = s.before
+				s.why = fmt.Sprintf("on trial: passes if the connection delivers %.0f%% more than the %s it did without it", p.Gain*100, mbit(s.before))
+				break
+			}
+		}
+	}
+
+	var out []Action
+	for _, sf := range c.Subflows {
+		id := ID(sf)
+		s := st.subs[id]
+		rtt := baseRTT(sf)
+		ss := ShapeSubflowStatus{Subflow: id.String(), RTTMs: float64(rtt) / 1e6, RateMbit: cur[id] * 8 / 1e6,
+			BestMbit: s.capacity(sf) * 8 / 1e6}
+		var r units.Rate
+		if id != mainID && s.state != shAside && p.InTimeCaps {
+			// What arrives in time on a far path.
+			lag := (rtt + baseRTT(main)) / 2
+			if rtt > 0 && baseRTT(main) > 0 && float64(rtt) > p.SlowFactor*float64(baseRTT(main)) {
+				inTime := inTimeRate(p.Headroom*float64(wnd), lag, mainNow)
+				switch {
+				case inTime < burst/lag.Seconds():
+					// The model says nothing fits; what the connection
+					// delivers decides (its trial, the safety net).
+					if s.state == shCapped {
+						s.state = shFree
+					}
+				case inTime < s.capacity(sf) || s.state == shTrial:
+					r = roundRate(units.Rate(inTime * 8))
+					if s.state == shFree {
+						s.state = shCapped
+					}
+					s.why = fmt.Sprintf("in time: (main %s + this) × lag %s within %.0f%% of the %s window",
+						mbit(mainNow), fmtMs(lag), p.Headroom*100, units.Size(wnd))
+				case s.state == shCapped:
+					s.state = shFree
+				}
+			}
+		}
+		ss.State, ss.Cap, ss.Why = s.state, RateText(r), s.why
+		out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: id, Backup: s.state == shAside, Reason: s.why},
+			Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: r, Reason: s.why})
+		cs.Subflows = append(cs.Subflows, ss)
+	}
+	return out, cs
+}
+
+// nearJoin tells whether a joining subflow is as near as the paths in
+// use: its RTT (from its handshake) within SlowFactor of theirs.
+func (p *shaper) nearJoin(st *shapeConn, c *Conn, sf observe.Subflow) bool {
+	rtt := baseRTT(sf)
+	if rtt <= 0 {
+		return false
+	}
+	var best time.Duration
+	for _, o := range c.Subflows {
+		if s := st.subs[ID(o)]; s != nil && s.state != shAside && ID(o) != ID(sf) {
+			if r := baseRTT(o); r > 0 && (best == 0 || r < best) {
+				best = r
+			}
+		}
+	}
+	return best > 0 && float64(rtt) <= p.SlowFactor*float64(best)
+}
+
+// inTimeRate is the largest rate r (bytes/s) a far path may carry beside
+// a main path carrying c so that what it sends arrives in time within the
+// window hw, when its data lags lag behind and every burst of 64 KiB waits
+// burst/r behind its cap: (c + r)(lag + burst/r) ≤ hw, a quadratic in r.
+// 0: nothing fits.
+func inTimeRate(hw float64, lag time.Duration, c float64) float64 {
+	l := lag.Seconds()
+	if l <= 0 {
+		return math.Inf(1)
+	}
+	b := c*l + burst - hw
+	disc := b*b - 4*l*c*burst
+	if b >= 0 || disc < 0 {
+		return 0
+	}
+	return (-b + math.Sqrt(disc)) / (2 * l)
+}
+
+// judge ends a trial when its period is over.
+func (p *shaper) judge(now time.Time, st *shapeConn, s *shapeSub, c *Conn) {
+	var sf observe.Subflow
+	for _, o := range c.Subflows {
+		if ID(o) == st.trial {
+			sf = o
+		}
+	}
+	rtt := max(baseRTT(sf), sf.SRTT)
+	if s.state != shTrial {
+		st.trial = SubflowID{}
+		return
+	}
+	// Measure from one RTT in (its first data has come back).
+	if s.mark == 0 && now.Sub(s.trialStart) >= rtt {
+		s.mark, s.markAt = max(c.BytesAcked, 1), now
+		if c.BytesAcked == 0 {
+			s.mark = 0
+			s.markAt = now
+		}
+	}
+	if s.markAt.IsZero() || now.Sub(s.markAt) < max(200*time.Millisecond, rtt) {
+		return
+	}
+	during := st.recent.median()
+	if c.BytesAcked > 0 {
+		during = float64(c.BytesAcked-min(s.mark, c.BytesAcked)) / now.Sub(s.markAt).Seconds()
+	}
+	// A trial ends after 3 RTTs of the subflow (at least 300 ms), or as
+	// soon as the connection clearly suffers (every trial costs a
+	// connection that the path does not help).
+	if now.Sub(s.markAt) < max(300*time.Millisecond, 3*rtt) && during >= 0.5*s.before {
+		return
+	}
+	st.trial = SubflowID{}
+	if during >= (1+p.Gain)*s.before {
+		s.state, s.retry = shFree, p.Retry
+		s.why = fmt.Sprintf("passed its trial: the connection delivered %s with it, %s without", mbit(during), mbit(s.before))
+		return
+	}
+	p.setAside(now, s, fmt.Sprintf("failed its trial: the connection delivered %s with it, %s without", mbit(during), mbit(s.before)))
+}
+
+// setAside makes a subflow backup until its next trial.
+func (p *shaper) setAside(now time.Time, s *shapeSub, why string) {
+	s.state, s.nextTrial = shAside, now.Add(s.retry)
+	s.why = fmt.Sprintf("set aside (%s); next trial in %s", why, s.retry)
+	s.retry = min(2*s.retry, 16*p.Retry)
+}
+
+func indexOfSubflow(c *Conn, id SubflowID) int {
+	for i, sf := range c.Subflows {
+		if ID(sf) == id {
+			return i
+		}
+	}
+	return 0
+}
+
+// forget drops connections that are gone.
+func (p *shaper) forget(live map[uint32]bool) {
+	for tok := range p.conns {
+		if !live[tok] {
+			delete(p.conns, tok)
+		}
+	}
+}
+
+// recentRates keeps rates over a window of time, for their median.
+type recentRates struct {
+	at []time.Time
+	v  []float64
+}
+
+func (r *recentRates) add(now time.Time, v float64, window time.Duration) {
+	r.at, r.v = append(r.at, now), append(r.v, v)
+	i := 0
+	for i < len(r.at)-1 && now.Sub(r.at[i]) > window {
+		i++
+	}
+	r.at, r.v = r.at[i:], r.v[i:]
+}
+
+func (r *recentRates) median() float64 {
+	if len(r.v) == 0 {
+		return 0
+	}
+	return stats.Float64s(r.v, 0.5)[0]
+}
