@@ -1,5 +1,6 @@
 # mpsteer: `make demo` and `make test` install what is missing, build, and
-# do their job. `make bench` writes benchmark JSON to results/bench/.
+# do their job. `make bench` writes benchmark JSON to results/bench/;
+# `make reproduce` runs every paper experiment into results/reproduce/.
 # `make build` needs neither root nor clang when the committed BPF objects
 # are current (scripts/bpf-generate.sh). `make install` / `make uninstall`
 # put the daemon on a systemd host; `make deb` packages the same files.
@@ -26,7 +27,7 @@ VERSION  ?= $(shell cat VERSION)$(shell git rev-parse --short HEAD 2>/dev/null |
 DEB_ARCH ?= $(shell $(GO) env GOARCH)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all deps build generate test demo bench clean man install uninstall deb
+.PHONY: all deps build generate test soak fuzz demo bench reproduce clean man install uninstall deb
 
 all: build
 
@@ -49,11 +50,41 @@ build:
 test: deps build
 	MPSTEER_BIN=$(CURDIR)/$(BIN) $(if $(filter 0,$(shell id -u)),MPSTEER_REQUIRE_PRIVILEGED=1) $(GO) test -count=1 -timeout 30m ./...
 
+# The long fault, load and hostile-input cases (internal/reliability; make
+# test runs their short versions): one JSON record per case in
+# $(OUT)/soak/, then docs/reliability.md's table is rendered from them
+# (also when a case failed: its record says what was lost; make fails).
+soak: deps build
+	rm -rf $(OUT)/soak
+	@export MPSTEER_BIN=$(CURDIR)/$(BIN) MPSTEER_SOAK=1 MPSTEER_SOAK_OUT=$(abspath $(OUT))/soak $(if $(filter 0,$(shell id -u)),MPSTEER_REQUIRE_PRIVILEGED=1); \
+	status=0; \
+	$(GO) test -count=1 -p 1 -timeout 60m ./internal/reliability || status=1; \
+	$(GO) test -count=1 -run 'TestRandomTruncatedPackets' ./internal/datapath || status=1; \
+	MPSTEER_SOAK_DOC=$(CURDIR)/docs/reliability.md $(GO) test -count=1 -run 'TestSoakDoc' ./internal/reliability || status=1; \
+	echo "soak: records in $(OUT)/soak/, table in docs/reliability.md"; \
+	exit $$status
+
+# Every Go fuzz target (go test -list 'Fuzz.*' ./...), FUZZTIME each.
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd | xargs -n1 dirname | sort -u); do \
+		for f in $$(grep -h '^func Fuzz' $$dir/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+			echo "fuzz ./$$dir $$f ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./$$dir; \
+		done; \
+	done
+
 demo: deps build
 	$(BIN) lab run scenarios/demo.yaml --out $(OUT)/demo
 
 bench: deps build
 	$(BIN) bench --out $(OUT)/bench
+
+# Every paper experiment (docs/papers.yaml) with `lab run`, one after
+# another (hours), and one page over them: $(OUT)/reproduce/index.html.
+# `mpsteer lab reproduce --keep` resumes; --index-only redraws the page.
+reproduce: deps build
+	$(BIN) lab reproduce --out $(OUT)/reproduce
 
 # Manual pages, from the command tree (what --help says).
 man: $(BUILD_DEPS)

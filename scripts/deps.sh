@@ -3,7 +3,8 @@
 # (clang/llvm for the BPF programs, libbpf headers, bpftool, iperf3,
 # iproute2, mptcpd and its plugins for the lab's userspace path-manager
 # variants; systemd for `systemd-analyze verify` of the unit, python3-venv
-# for the Kubernetes manifest validator), the Go modules (the program's and
+# for the Kubernetes manifest validator; curl and python3 are the
+# unmodified applications of the per-application lab test), the Go modules (the program's and
 # the tools' in tools/go.mod: nfpm for `make deb`), and
 # kubernetes-validate from PyPI in .cache/venv (it ships the Kubernetes
 # JSON schemas, so validation works offline). A second run installs
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates mptcpd mptcpd-plugins systemd python3-venv)
+pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates mptcpd mptcpd-plugins systemd python3-venv curl python3)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -94,6 +94,20 @@ func printStatus(st *api.Status) {
 			printSpreadStatus(p)
 		}
 	}
+	if m := st.Mptcpize; m != nil {
+		var cgs []string
+		for _, c := range m.Cgroups {
+			if c.Present {
+				cgs = append(cgs, c.Path)
+			} else {
+				cgs = append(cgs, c.Path+" (not there now)")
+			}
+		}
+		fmt.Printf("applications switched to MPTCP in: %s (%d of %d stream sockets)\n", strings.Join(cgs, ", "), m.Program["switched"], m.Program["streams"])
+		if m.Error != "" {
+			fmt.Printf("  mptcpize: %s\n", m.Error)
+		}
+	}
 	if len(st.Connections) == 0 {
 		fmt.Println("no MPTCP connections")
 	}
@@ -103,6 +117,9 @@ func printStatus(st *api.Status) {
 			side = "server side"
 		}
 		fmt.Printf("connection %s  %s → %s  (%s)\n", c.Token, c.Local, c.Remote, side)
+		if c.Cgroup != "" {
+			fmt.Printf("  cgroup %s\n", c.Cgroup)
+		}
 		if len(c.RemoteAddrs) > 0 {
 			fmt.Printf("  peer announced: %s\n", strings.Join(c.RemoteAddrs, ", "))
 		}

@@ -48,5 +48,6 @@ Files: /etc/mpsteer/mpsteer.yaml is the config of the packaged service
 (mpsteer.service; options in /etc/default/mpsteer, MPSTEER_OPTS); it is
 commented, and docs/daemon.md describes every key, the policies and the
 presets (mode: service handover|interactive|aggregate, interfaces
-on|off|backup|master, allow, deny). /run/mpsteer holds the API sockets and
-what to undo after a crash.`
+on|off|backup|master, allow, deny), and per-application policies (cgroup:
+on a policy; mptcpize: cgroups whose applications get MPTCP sockets).
+/run/mpsteer holds the API sockets and what to undo after a crash.`

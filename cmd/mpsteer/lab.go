@@ -281,8 +281,8 @@ func labSetCmd() *cobra.Command {
 	var dir string
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "set NAME PATH|CORELINK key=value...|down|up",
-		Short: "Change a path or a core link while traffic flows (rate=, delay=, jitter=, loss=, queue=, trace=; up.rate= for one direction)",
+		Use:   "set NAME PATH|CORELINK key=value...|down|up|ifdown|ifup",
+		Short: "Change a path or a core link while traffic flows (rate=, delay=, jitter=, loss=, queue=, trace=; up.rate= for one direction; down|up: a silent outage; ifdown|ifup: the client's interface loses its carrier and address)",
 		Args:  cobra.MinimumNArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The arguments are checked first: their mistakes show without
@@ -292,8 +292,9 @@ func labSetCmd() *cobra.Command {
 				return fmt.Errorf("--dir %q is not valid (valid: both, up, down)", dir)
 			}
 			upDown := len(args) == 3 && (args[2] == "down" || args[2] == "up")
+			ifUpDown := len(args) == 3 && (args[2] == "ifdown" || args[2] == "ifup")
 			var reqs []world.Request
-			if !upDown {
+			if !upDown && !ifUpDown {
 				var err error
 				if reqs, err = parseSetArgs(args[2:], d); err != nil {
 					return err
@@ -323,6 +324,27 @@ func labSetCmd() *cobra.Command {
 					msg = fmt.Sprintf("lab %s has no path or core link %q (paths: %s; core links: %s)", w.Name, args[1], strings.Join(names, ", "), strings.Join(cl, ", "))
 				}
 				return errors.New(msg)
+			}
+			if ifUpDown {
+				if w.Path(args[1]) == nil {
+					return fmt.Errorf("%s acts on the client's interface of a path; %s is a core link (valid for core links: down, up, key=value)", args[2], args[1])
+				}
+				if d != scenario.DirBoth {
+					return fmt.Errorf("--dir %s: an interface goes down in both directions", dir)
+				}
+				detail, err := w.SetInterface(args[1], args[2] == "ifup")
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					resp, err := world.Control(w.Dir, world.Request{Op: "stats"})
+					if err != nil {
+						return err
+					}
+					return printJSON(labSetResult(args[1], link, args[2], resp))
+				}
+				fmt.Printf("%s: %s\n", args[1], detail)
+				return nil
 			}
 			if upDown {
 				resp, err := world.Control(w.Dir, world.Request{Op: args[2], Link: link, Dir: d})

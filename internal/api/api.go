@@ -61,10 +61,32 @@ type Status struct {
 	Actions     []ActionRecord    `json:"recent_actions"`
 	Reaction    Latency           `json:"reaction_latency"`
 	RTO         map[string]uint64 `json:"rto_max_program,omitempty"`
-	RateProgram map[string]uint64 `json:"rate_program,omitempty"`
-	Chains      json.RawMessage   `json:"chains,omitempty"`
+	// AvoidInitial is prefer's avoid_initial program, when loaded: the
+	// address connections start from and its counters.
+	AvoidInitial map[string]any    `json:"avoid_initial_program,omitempty"`
+	RateProgram  map[string]uint64 `json:"rate_program,omitempty"`
+	Chains       json.RawMessage   `json:"chains,omitempty"`
 	// Health is the path-health reports' program (RAMPTCP), when in use.
 	Health *HealthStatus `json:"path_health,omitempty"`
+	// Mptcpize: the cgroups whose applications get MPTCP, when any.
+	Mptcpize *MptcpizeStatus `json:"mptcpize,omitempty"`
+}
+
+// MptcpizeStatus is the program that makes the TCP sockets of chosen
+// cgroups' applications MPTCP.
+type MptcpizeStatus struct {
+	Cgroups []CgroupStatus `json:"cgroups"`
+	// Program holds its counters: streams (TCP stream sockets made in the
+	// namespace since it was attached), switched (those made MPTCP).
+	Program map[string]uint64 `json:"program,omitempty"`
+	Error   string            `json:"error,omitempty"`
+}
+
+// CgroupStatus is one cgroup the config names: its id while it exists.
+type CgroupStatus struct {
+	Path    string `json:"path"`
+	ID      uint64 `json:"id,omitempty"`
+	Present bool   `json:"present"`
 }
 
 // HealthStatus is the path-health reports' program and last-hop source.
@@ -121,8 +143,13 @@ type ConnStatus struct {
 	Remote     string `json:"remote,omitempty"`
 	ServerSide bool   `json:"server_side"`
 	// RemoteAddrs are the addresses the peer announced, "id=addr:port".
-	RemoteAddrs []string        `json:"remote_addrs,omitempty"`
-	Subflows    []SubflowStatus `json:"subflows"`
+	RemoteAddrs []string `json:"remote_addrs,omitempty"`
+	// Cgroup is the cgroup of the process that made the connection's
+	// socket, when it lies at or below a cgroup a policy is scoped to;
+	// CgroupID is the kernel's id of it in every case (0: unknown).
+	Cgroup   string          `json:"cgroup,omitempty"`
+	CgroupID uint64          `json:"cgroup_id,omitempty"`
+	Subflows []SubflowStatus `json:"subflows"`
 	// Actions are the recent actions on this connection other than
 	// backup flags (subflows created, destroyed, addresses announced),
 	// each with its policy, reason and result.
@@ -323,3 +350,7 @@ func (c *Client) Apply(r ApplyRequest) (*Reply, error) {
 	var out Reply
 	return &out, c.Do(http.MethodPost, "/v1/policies", r, &out)
 }
+
+// CloseIdleConnections closes the connections the client keeps open
+// between requests.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }

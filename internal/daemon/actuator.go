@@ -60,11 +60,17 @@ type endpointActuator struct {
 	// policy.Requirements.JoinBackup): endpoints that open subflows are
 	// kept backup while no decision wants their address usable.
 	joinBackup bool
+	// gate holds back changes the kernel refused (refusals.go).
+	gate retryGate
 }
 
 func (a *endpointActuator) Mode() string { return "endpoint" }
 
 func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow, full bool) []api.ActionRecord {
+	now := time.Now()
+	if full {
+		defer a.gate.sweep()
+	}
 	want := map[netip.Addr]bool{}
 	reason := map[netip.Addr]string{}
 	who := map[netip.Addr]string{}
@@ -107,7 +113,12 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 			if !backup {
 				continue // no endpoint means no backup flag: nothing to do
 			}
+			key := "add " + addr.String()
+			if !a.gate.ready(key, now) {
+				continue
+			}
 			created, err := a.c.AddEndpoint(pm.Endpoint{Addr: addr})
+			a.gate.done(key, err, now)
 			act := record("endpoint", fmt.Sprintf("add %s (owned by mpsteer)", addr), err)
 			act.Reason = "the flag lives on an endpoint; this address has none"
 			acts = append(acts, act)
@@ -123,6 +134,10 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 		}
 		target := "endpoint " + addr.String()
 		why := reason[addr]
+		key := fmt.Sprintf("flags %s %v", addr, backup)
+		if !a.gate.ready(key, now) {
+			continue // refused before: not again until its backoff is over
+		}
 		if (ep.Flags&pm.FlagBackup != 0) == backup {
 			// The endpoint says so, but a subflow may have missed the
 			// MP_PRIO (one that was still joining when the flag changed):
@@ -132,12 +147,14 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 			}
 			if err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf ^ pm.FlagBackup}); err != nil {
 				acts = append(acts, backupRecord(target+" (resend)", 0, backup, err))
+				a.gate.done(key, err, now)
 				continue
 			}
 			why += " (resent: a subflow had missed it)"
 		}
 		a.state.changed(addr, ep.Flags)
 		err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf})
+		a.gate.done(key, err, now)
 		act := backupRecord(target, 0, backup, err)
 		act.Policy, act.Reason = who[addr], why
 		acts = append(acts, act)
@@ -214,11 +231,17 @@ func (a *endpointActuator) Restore() []api.ActionRecord {
 type subflowActuator struct {
 	c       *pm.Client
 	changed map[policy.SubflowID]uint32 // subflow → token, flags changed by us
+	// gate holds back changes the kernel refused (refusals.go).
+	gate retryGate
 }
 
 func (a *subflowActuator) Mode() string { return "subflow" }
 
 func (a *subflowActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow, full bool) []api.ActionRecord {
+	now := time.Now()
+	if full {
+		defer a.gate.sweep()
+	}
 	var acts []api.ActionRecord
 	for _, sf := range sfs {
 		id := policy.ID(sf)
@@ -236,7 +259,17 @@ func (a *subflowActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []ob
 		if sf.BackupLocal == d.Backup {
 			continue
 		}
-		acts = append(acts, a.set(sf.Token, id, d.Backup, d.Policy, d.Reason))
+		key := fmt.Sprintf("%s %v", id, d.Backup)
+		if !a.gate.ready(key, now) {
+			continue
+		}
+		act := a.set(sf.Token, id, d.Backup, d.Policy, d.Reason)
+		acts = append(acts, act)
+		if act.Result != string(policy.Applied) {
+			a.gate.done(key, errors.New(act.Error), now)
+			continue
+		}
+		a.gate.done(key, nil, now)
 		a.changed[id] = sf.Token
 	}
 	return acts

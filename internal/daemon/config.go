@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"mpsteer/internal/policy"
 	"mpsteer/internal/yamlcfg"
 )
@@ -31,6 +33,11 @@ type Config struct {
 	// ReportHealth: this host reports its paths' health to its peers
 	// (health.go); nil when it does not.
 	ReportHealth *ReportHealthConfig
+	// Mptcpize lists cgroups (v2 paths from the hierarchy's root) whose
+	// applications' TCP sockets the kernel makes MPTCP (appscope.go).
+	Mptcpize []string
+	// mptcpizeWhere is file:line: mptcpize, for errors found on the host.
+	mptcpizeWhere string
 }
 
 // ChainEntry is a chain the config declares, with where it was declared
@@ -69,17 +76,33 @@ func parseConfigMap(m *yamlcfg.Map, env policy.Env) *Config {
 	cfg.ReportHealth = parseReportHealth(m) // health.go
 	seen := map[string]bool{}
 	cfg.addMode(m, env, seen) // presets.go: the mode section, as policies
+	cfg.parseMptcpize(m)
 	for _, it := range m.List("policies") {
 		if it.Map == nil {
 			m.ErrorAt(it.Node, it.Path, "a policy is a mapping with a name, e.g. {name: prefer, paths: [wifi]}")
 			continue
 		}
+		// cgroup: the policy acts on that cgroup's connections alone.
+		cgroup := it.Map.String("cgroup", "")
+		if it.Map.Has("cgroup") {
+			if err := policy.CheckCgroup(cgroup); err != nil {
+				it.Map.Errorf("cgroup", "%v", err)
+				cgroup = ""
+			}
+		}
 		p := policy.Build(it.Map, env)
 		if p == nil {
 			continue
 		}
+		if cgroup != "" {
+			if _, ok := p.(*policy.Spread); ok {
+				it.Map.Errorf("cgroup", "spread steers the packets of every connection in the datapath and cannot be scoped to a cgroup")
+				continue
+			}
+			p = policy.NewScoped(p, cgroup)
+		}
 		if seen[p.Name()] {
-			it.Map.Errorf("name", "policy %q is listed twice", p.Name())
+			it.Map.Errorf("name", "policy %q is listed twice (the same policy may be listed once per cgroup: give each entry its own cgroup)", p.Name())
 		}
 		seen[p.Name()] = true
 		cfg.Policies = append(cfg.Policies, p)
@@ -101,4 +124,32 @@ func parseConfigMap(m *yamlcfg.Map, env policy.Env) *Config {
 // lab scenario's variant), recording problems in that document.
 func CheckConfig(m *yamlcfg.Map) {
 	parseConfigMap(m, policy.Env{})
+}
+
+// parseMptcpize reads the cgroups whose applications get MPTCP.
+func (cfg *Config) parseMptcpize(m *yamlcfg.Map) {
+	if !m.Has("mptcpize") {
+		return
+	}
+	cfg.mptcpizeWhere = fmt.Sprintf("%s:%d: mptcpize", m.File(), m.Line())
+	seen := map[string]bool{}
+	for _, it := range m.List("mptcpize") {
+		if it.Map != nil || it.Node != nil && it.Node.Kind != yaml.ScalarNode {
+			m.ErrorAt(it.Node, it.Path, "a cgroup v2 path from the hierarchy's root, e.g. /system.slice/foo.service")
+			continue
+		}
+		if it.Node != nil && len(seen) == 0 {
+			cfg.mptcpizeWhere = fmt.Sprintf("%s:%d: mptcpize", m.File(), it.Node.Line)
+		}
+		if err := policy.CheckCgroup(it.Scalar); err != nil {
+			m.ErrorAt(it.Node, it.Path, "%v", err)
+			continue
+		}
+		if seen[it.Scalar] {
+			m.ErrorAt(it.Node, it.Path, "%s is listed twice", it.Scalar)
+			continue
+		}
+		seen[it.Scalar] = true
+		cfg.Mptcpize = append(cfg.Mptcpize, it.Scalar)
+	}
 }

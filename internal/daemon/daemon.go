@@ -51,6 +51,10 @@ type Daemon struct {
 	// intervalChanged wakes the main loop to re-read cfg.Interval; a send
 	// never blocks (one pending wake-up is enough).
 	intervalChanged chan struct{}
+	// sampleNow wakes the main loop for a sample before the next tick: a
+	// subflow joined as backup (policy.Requirements.JoinBackup) waits
+	// for the sample that gives its RTT before it may carry anything.
+	sampleNow chan struct{}
 
 	pmc     *pm.Client
 	sampler *observe.Sampler
@@ -61,7 +65,10 @@ type Daemon struct {
 	pmMode  string
 	rto     *sockops.RTOCapper
 	rtoErr  string
-	dp      *datapath.Manager
+	// initial is avoid_initial's connect4 program (initial.go).
+	initial    *sockops.InitialBinder
+	initialErr string
+	dp         *datapath.Manager
 	// configChains are the chains the config declared, as attached.
 	configChains []configChain
 	cookie       uint64
@@ -70,6 +77,8 @@ type Daemon struct {
 	spread *spreadState
 	// health is the path-health reports' program and source (health.go).
 	health *healthState
+	// scope: cgroups of connections, and the mptcpize program (appscope.go).
+	scope *appScope
 	// ops: metrics, monitor stream, systemd notification, config watch
 	// (ops.go); nil in unit tests.
 	ops *ops
@@ -84,7 +93,13 @@ type Daemon struct {
 	actions     []api.ActionRecord            // recent, all kinds
 	connActions map[uint32][]api.ActionRecord // recent lifecycle actions per connection
 	warned      map[string]bool               // unsupported actions already logged
-	reactions   []time.Duration
+	// What the namespace's MPTCP sysctls said at the last look (world.go).
+	mptcpEnabled   string
+	lastWorldCheck time.Time
+	// refusedLogged: refusals already logged, by policy, kind and target,
+	// with the kernel's reason (refusals.go).
+	refusedLogged map[string]string
+	reactions     []time.Duration
 }
 
 // LoadConfig reads and validates a config file.
@@ -113,7 +128,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	d := &Daemon{opts: o, log: log.New(o.Log, "mpsteer: ", log.LstdFlags|log.Lmicroseconds), cfg: cfg,
-		engine: &policy.Engine{Policies: cfg.Policies}, intervalChanged: make(chan struct{}, 1),
+		engine: &policy.Engine{Policies: cfg.Policies}, intervalChanged: make(chan struct{}, 1), sampleNow: make(chan struct{}, 1),
 		tracker: observe.NewTracker(), connActions: map[uint32][]api.ActionRecord{}, warned: map[string]bool{},
 		pmMode: pathManager()}
 	d.ops = newOps(d, o)
@@ -139,6 +154,15 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	d.netns = netnsName()
+	// Applications switched to MPTCP (mptcpize): before anything else
+	// changes, so that a host that cannot do it is refused untouched.
+	d.scope = newAppScope()
+	prepared, err := d.scope.checkMptcpize(cfg, d.cookie)
+	if err != nil {
+		return err
+	}
+	d.scope.setMptcpize(cfg.Mptcpize, prepared)
+	defer d.scope.close()
 	state := loadState(filepath.Join(o.StateDir, fmt.Sprintf("daemon-netns-%d.json", d.cookie)))
 	if leftovers := state.addrs(); len(leftovers) > 0 {
 		// A previous daemon here was killed: undo what it left behind.
@@ -182,11 +206,17 @@ func Run(ctx context.Context, o Options) error {
 	defer signal.Stop(hup)
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
+	// Interfaces and addresses coming and going (a carrier lost, an
+	// address removed or assigned): the policies decide again at once, not
+	// at the next sample (a path that is back is probed right away).
+	ifaceEvents := subscribeInterfaces(ctx, d.log)
 	d.mu.Lock()
 	d.syncRequirements() // before any subflow is decided on
 	d.mu.Unlock()
 	go d.healthLoop(ctx) // path-health reports (health.go)
 	d.tick()
+	var lastCost time.Duration // what the last sample took
+	lastEnd := time.Now()      // when it ended
 	for {
 		select {
 		case <-ctx.Done():
@@ -194,7 +224,17 @@ func Run(ctx context.Context, o Options) error {
 			d.shutdown()
 			return nil
 		case <-tick.C:
+			lastCost, lastEnd = timed(d.tick)
+		case <-ifaceEvents:
 			d.tick()
+		case <-d.sampleNow:
+			// An extra sample (a subflow joined as backup waits for it):
+			// not within the last sample's own duration after it ended,
+			// at least 20 ms, so a storm of joins on a large host costs
+			// at most half the daemon's time in extra samples.
+			if since := time.Since(lastEnd); since >= max(20*time.Millisecond, lastCost) {
+				lastCost, lastEnd = timed(d.tick)
+			}
 		case <-d.intervalChanged:
 			d.mu.Lock()
 			iv := d.cfg.Interval
@@ -207,6 +247,35 @@ func Run(ctx context.Context, o Options) error {
 			d.reloadConfig("SIGHUP")
 		}
 	}
+}
+
+// checkSoon asks for a sample 20 ms after an endpoint was made usable
+// again: the kernel sends its MP_PRIO only to the subflows that can take
+// it then, and one still joining misses it (the actuator resends it when
+// a sample shows the subflow still backup). Waiting for the next tick
+// would leave a just-joined subflow idle for up to an interval.
+func (d *Daemon) checkSoon(acts []api.ActionRecord) {
+	for _, a := range acts {
+		// (Once: not again after a resend, which the next tick checks.)
+		if a.Backup != nil && !*a.Backup && a.Result == string(policy.Applied) && strings.HasPrefix(a.Target, "endpoint ") &&
+			!strings.Contains(a.Reason, "(resent:") {
+			time.AfterFunc(20*time.Millisecond, func() {
+				select {
+				case d.sampleNow <- struct{}{}:
+				default: // one is already due
+				}
+			})
+			return
+		}
+	}
+}
+
+// timed runs f and returns how long it took and when it ended.
+func timed(f func()) (time.Duration, time.Time) {
+	start := time.Now()
+	f()
+	end := time.Now()
+	return end.Sub(start), end
 }
 
 func plural(n int, one, many string) string {
@@ -262,11 +331,15 @@ func (d *Daemon) tick() {
 	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.checkWorld(now)
 	d.lastSubflows, d.lastConns = sfs, conns
+	d.scope.sync() // a service's cgroup that came or went (appscope.go)
 	snap := d.snapshot(now, sfs, conns)
 	plan := d.engine.Decide(snap)
 	d.lastPlan = plan
-	d.record(d.act.Apply(plan.Backup, established(sfs), true)...)
+	backups := d.act.Apply(plan.Backup, established(sfs), true)
+	d.checkSoon(backups)
+	d.record(backups...)
 	d.record(d.rates.Apply(plan.Limits, established(sfs), true)...)
 	d.applyLifecycle(plan.Lifecycle, snap, now)
 	d.syncRequirements()
@@ -337,8 +410,9 @@ func (d *Daemon) syncRequirements() {
 			d.log.Printf("rate caps cannot be set by pacing: %v", err)
 		}
 	}
+	d.syncInitial(req) // initial.go
 	want := req.RTOMax
-	if len(want) == 0 && d.rto == nil {
+	if len(want) == 0 && len(req.SynRTO) == 0 && d.rto == nil {
 		return
 	}
 	if d.rto == nil {
@@ -356,11 +430,16 @@ func (d *Daemon) syncRequirements() {
 	if err := d.rto.Set(want); err != nil {
 		d.log.Printf("rto_max map: %v", err)
 	}
+	if err := d.rto.SetSynRTO(req.SynRTO); err != nil {
+		d.log.Printf("SYN timeout map: %v", err)
+	}
 }
 
 func (d *Daemon) record(acts ...api.ActionRecord) {
 	for _, a := range acts {
-		d.log.Print(a.String())
+		if d.logOnce(a) {
+			d.log.Print(a.String())
+		}
 	}
 	d.ops.recorded(acts) // metrics, monitor
 	d.actions = append(d.actions, acts...)
@@ -400,6 +479,13 @@ func (d *Daemon) track(ev pm.Event) bool {
 		}
 		for i, o := range d.lastSubflows {
 			if o.Token == ev.Token && o.Local == ev.Local && o.Remote == ev.Remote {
+				if o.State != tcpEstablished {
+					// What the sample said of it while it was joining (a
+					// SYN outstanding, no ACK ever) says nothing of the
+					// established subflow: it would look stalled.
+					sf := &d.lastSubflows[i]
+					sf.Unacked, sf.LastAckRecv, sf.Backoff, sf.CAState = 0, 0, 0, 0
+				}
 				d.lastSubflows[i].State = tcpEstablished
 				d.lastSubflows[i].LocalID, d.lastSubflows[i].RemoteID = ev.LocalID, ev.RemoteID
 				return true
@@ -433,6 +519,13 @@ func (d *Daemon) react(ev pm.Event) {
 	if !d.track(ev) {
 		return
 	}
+	if ev.Type == pm.EventSubEstablished && d.engine.Requirements().JoinBackup {
+		select {
+		case d.sampleNow <- struct{}{}:
+		default: // one is already due
+		}
+	}
+	d.refreshConn(ev.Token) // a new connection's cgroup (appscope.go)
 	snap := d.snapshot(ev.Received, d.lastSubflows, d.lastConns)
 	full := d.engine.Decide(snap)
 	plan := full.ForToken(ev.Token)
@@ -458,6 +551,7 @@ func (d *Daemon) react(ev pm.Event) {
 		d.lastPlan.Limits[sid] = a
 	}
 	acts := d.act.Apply(plan.Backup, conn, false)
+	d.checkSoon(acts)
 	acts = append(acts, d.rates.Apply(plan.Limits, conn, false)...)
 	if len(acts) > 0 {
 		d.reactions = append(d.reactions, time.Since(ev.Received))
@@ -491,13 +585,23 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	if cfg.Persist != d.cfg.Persist && d.dp != nil {
 		return "", fmt.Errorf("%s: persist: %q cannot change while the daemon runs (it is %q; restart the daemon to change it)", file, cfg.Persist, d.cfg.Persist)
 	}
+	prepared, err := d.scope.checkMptcpize(cfg, d.cookie)
+	if err != nil {
+		return "", err
+	}
 	spreadRollback, err := d.reconcileSpread(cfg)
 	if err != nil {
+		if prepared != nil {
+			prepared.Close()
+		}
 		return "", err
 	}
 	warnings, err := d.reconcileChains(cfg)
 	if err != nil {
 		spreadRollback()
+		if prepared != nil {
+			prepared.Close()
+		}
 		return "", err
 	}
 	// Nothing below can fail.
@@ -534,6 +638,7 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	}
 	ivChanged := cfg.Interval != d.cfg.Interval
 	d.cfg, d.engine = cfg, engine
+	d.scope.setMptcpize(cfg.Mptcpize, prepared)
 	d.syncRequirements()
 	if ivChanged {
 		select {
@@ -614,10 +719,14 @@ func (d *Daemon) shutdown() {
 	if d.rto != nil {
 		d.rto.Close()
 	}
+	if d.initial != nil {
+		d.initial.Close()
+	}
 	if d.dp != nil {
 		d.dp.Close() // every chain detached: packets flow untouched
 	}
 	d.closeSpread()
 	d.closeHealth()
+	d.scope.close()
 	d.log.Printf("stopped; changes undone")
 }

@@ -428,3 +428,35 @@ func TestPreferClearKeepsTheConfigPaths(t *testing.T) {
 		t.Fatalf("after --clear: targets %v, message %q; want the config's %s back", tg, r.Message, w.h.Dev(1))
 	}
 }
+
+func TestShapedPoliciesJoinSubflowsAsBackup(t *testing.T) {
+	// dynthresh (shaped) wants new subflows to carry nothing before it has
+	// seen them: the endpoint that opens them is backup while it runs; a
+	// near path (two equal veths) enters at once and carries; a clean
+	// exit gives the endpoint back as it was.
+	w := newWorld(t)
+	before := endpointFlags(t, w.cli)
+	d := w.startDaemon(t, "policies: [{name: dynthresh}]\n")
+	deadline := time.Now().Add(2 * time.Second)
+	for endpointFlags(t, w.cli)[w.h.ClientAddr(2)]&pm.FlagBackup == 0 {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(d.Log)
+			t.Fatalf("endpoints %v: the second path's is not backup while dynthresh runs\n%s", endpointFlags(t, w.cli), b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var during []byte
+	acked := w.upload(t, 2*time.Second, func() {
+		time.Sleep(time.Second)
+		during, _ = exec.Command(testutil.Binary(t), "status", "--json", "--socket", d.Socket).CombinedOutput()
+	})
+	if s := share(acked, w.h.ClientAddr(2)); s < 0.1 {
+		b, _ := os.ReadFile(d.Log)
+		t.Logf("status during the upload: %s", during)
+		t.Fatalf("the second (equal) path carried %.0f%% of the bytes (%v), want it let in\n%s", s*100, acked, b)
+	}
+	d.Stop(syscall.SIGTERM)
+	if after := endpointFlags(t, w.cli); after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] {
+		t.Fatalf("after SIGTERM endpoints %v, want %v as before", after, before)
+	}
+}

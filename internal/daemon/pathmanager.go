@@ -82,6 +82,9 @@ func (a *lifecycleActuator) apply(act policy.Action, c *policy.Conn) error {
 	switch act.Kind {
 	case policy.Create:
 		local := pm.Endpoint{Addr: act.Subflow.Local.Addr(), Port: act.Subflow.Local.Port()}
+		if act.Backup {
+			local.Flags |= pm.FlagBackup // the join asks the peer to hold it in reserve
+		}
 		if act.Iface != "" {
 			ifi, err := net.InterfaceByName(act.Iface)
 			if err != nil {

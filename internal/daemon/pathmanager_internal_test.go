@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"mpsteer/internal/observe"
+	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
 )
 
@@ -39,5 +41,21 @@ func TestLocalIDs(t *testing.T) {
 	y, _ := ids.next(netip.MustParseAddrPort("10.2.0.1:41000"))
 	if x == 0 || y == 0 || x == y {
 		t.Fatalf("ids %d %d: want distinct, non-zero", x, y)
+	}
+}
+
+// A joining subflow whose established event arrives before the next sample
+// must not look stalled: what the sample said of its SYN (outstanding, no
+// ACK ever, a last ACK "uptime ago") says nothing of the subflow now.
+func TestEstablishedEventClearsWhatTheJoinLooked(t *testing.T) {
+	local, remote := netip.MustParseAddrPort("10.1.0.1:40001"), netip.MustParseAddrPort("10.1.0.2:5201")
+	d := &Daemon{lastSubflows: []observe.Subflow{{Local: local, Remote: remote, Token: 7, State: tcpSynSent,
+		Unacked: 1, LastAckRecv: 3 * time.Hour, Backoff: 2}}}
+	if !d.track(pm.Event{Type: pm.EventSubEstablished, Token: 7, Local: local, Remote: remote, LocalID: 3}) {
+		t.Fatal("the event was not tracked")
+	}
+	sf := d.lastSubflows[0]
+	if sf.State != tcpEstablished || sf.Unacked != 0 || sf.LastAckRecv != 0 || sf.Backoff != 0 || sf.LocalID != 3 {
+		t.Fatalf("after the established event: %+v", sf)
 	}
 }

@@ -53,6 +53,12 @@ func rootOnly(next http.Handler) http.Handler {
 			writeJSON(w, http.StatusForbidden, api.Reply{Error: peerRefusal(who)})
 			return
 		}
+		if r.Method != http.MethodGet {
+			// A request's body arrives in time or not at all: a client
+			// that stops sending must not hold a connection forever.
+			// (Not for GETs: the monitor streams for as long as it likes.)
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -117,7 +123,7 @@ func (d *Daemon) serve(socket string) (*http.Server, error) {
 	for _, h := range extraHandlers {
 		h(d, mux)
 	}
-	srv := &http.Server{Handler: rootOnly(mux), ReadHeaderTimeout: 5 * time.Second,
+	srv := &http.Server{Handler: rootOnly(mux), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idleTimeout,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, peerKey{}, peerCred(c))
 		}}
@@ -132,10 +138,26 @@ func (d *Daemon) serve(socket string) (*http.Server, error) {
 // extraHandlers let other parts (the datapath's chains) add endpoints.
 var extraHandlers []func(d *Daemon, mux *http.ServeMux)
 
+// The API's limits: a request body (a config, a chain) is small; a client
+// sending one slower than bodyTimeout, or idle between requests longer
+// than idleTimeout, is cut off.
+const maxRequestBody = 1 << 20
+
+var (
+	bodyTimeout = 10 * time.Second // a variable for tests
+	idleTimeout = 60 * time.Second
+)
+
 func decode(r *http.Request, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	// Read no more than the limit (and one byte to tell): a larger body is
+	// refused as such, not cut into a JSON error, and never held whole in
+	// memory.
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
 	if err != nil {
-		return err
+		return fmt.Errorf("bad request: %w", err)
+	}
+	if len(b) > maxRequestBody {
+		return fmt.Errorf("bad request: the body is over %d KiB (a config or chain is far smaller)", maxRequestBody>>10)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("bad request: %w", err)

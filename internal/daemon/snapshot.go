@@ -137,6 +137,10 @@ func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32
 		}
 	}
 	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	scopes := scopedCgroups(d.engine)
+	for _, c := range by {
+		d.cgroupOf(c, conns, scopes, now) // appscope.go
+	}
 	s := &policy.Snapshot{Now: now, Outcomes: d.outcomes}
 	d.outcomes = nil
 	for _, t := range order {

@@ -32,6 +32,7 @@ func (d *Daemon) Status() api.Status {
 	for _, p := range d.engine.Policies {
 		st.Policies = append(st.Policies, api.PolicyStatus{Name: p.Name(), Status: p.Status()})
 	}
+	scopes := scopedCgroups(d.engine)
 	byTok := map[uint32]*api.ConnStatus{}
 	var toks []uint32
 	conn := func(tok uint32) *api.ConnStatus {
@@ -40,6 +41,8 @@ func (d *Daemon) Status() api.Status {
 			c = &api.ConnStatus{Token: fmt.Sprintf("%08x", tok), Actions: d.connActions[tok]}
 			if dc, ok := d.lastConns[tok]; ok {
 				c.Local, c.Remote = dc.Local.String(), dc.Remote.String()
+				c.CgroupID = dc.CgroupID
+				c.Cgroup = d.scope.resolve(dc.CgroupID, scopes, time.Now())
 			}
 			if ev, ok := d.tracker.Conn(tok); ok {
 				c.ServerSide = ev.ServerSide
@@ -76,9 +79,13 @@ func (d *Daemon) Status() api.Status {
 	if d.rto != nil {
 		st.RTO = d.rto.Stats()
 	}
+	if d.initial != nil {
+		st.AvoidInitial = map[string]any{"addr": d.initial.Addr().String(), "counters": d.initial.Stats()}
+	}
 	st.RateProgram = d.rates.Stats()
 	st.Chains = d.chainStatus()
-	st.Health = d.healthStatus() // health.go
+	st.Health = d.healthStatus()   // health.go
+	st.Mptcpize = d.scope.status() // appscope.go
 	return st
 }
 

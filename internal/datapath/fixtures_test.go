@@ -158,7 +158,10 @@ func validate(b []byte) error {
 	default:
 		return fmt.Errorf("ethertype %#x", et)
 	}
-	if len(seg) < 20 || int(seg[12]>>4)*4 > len(seg) || seg[12]>>4 < 5 {
+	if len(seg) < 20 {
+		return fmt.Errorf("a %d-byte TCP segment", len(seg))
+	}
+	if int(seg[12]>>4)*4 > len(seg) || seg[12]>>4 < 5 {
 		return fmt.Errorf("TCP header length %d for a %d-byte segment", int(seg[12]>>4)*4, len(seg))
 	}
 	if checksum16(pseudo, seg) != 0 {

@@ -56,6 +56,10 @@ type Subflow struct {
 	LastAckRecv  time.Duration // since the last ACK arrived
 	CAState      uint8         // congestion-avoidance state (4 = loss recovery after an RTO)
 	Cookie       uint64        // kernel socket cookie: stable identity
+	// CgroupID is the cgroup v2 id of the socket (the inode number of its
+	// cgroup's directory: the cgroup of the process that made it, which
+	// MPTCP gives every subflow of a connection); 0 when unknown.
+	CgroupID uint64
 	// MPTCP is false for a plain TCP socket (returned by TCP only).
 	MPTCP bool
 }
@@ -88,6 +92,7 @@ type Conn struct {
 	BytesRetrans  uint64
 	Retransmits   uint32
 	State         uint8
+	CgroupID      uint64 // the MPTCP socket's cgroup v2 id (see Subflow.CgroupID)
 }
 
 // MPTCP subflow flags (MPTCP_SUBFLOW_FLAG_*).
@@ -107,6 +112,7 @@ const (
 	inetDiagInfo        = 2
 	inetDiagCong        = 4
 	inetDiagULPInfo     = 19
+	inetDiagCgroupID    = 21 // INET_DIAG_CGROUP_ID, Linux 5.7
 	inetDiagReqProtocol = 3
 	ulpInfoName         = 1
 	ulpInfoMPTCP        = 3
@@ -286,6 +292,8 @@ func parseSubflow(b []byte) (Subflow, bool) {
 			fillTCPInfo(&sf, ad.Bytes())
 		case inetDiagCong:
 			sf.CC = ad.String()
+		case inetDiagCgroupID:
+			sf.CgroupID = cgroupID(ad.Bytes())
 		case inetDiagULPInfo:
 			ad.Nested(func(nad *netlink.AttributeDecoder) error {
 				for nad.Next() {
@@ -320,6 +328,14 @@ func parseSubflow(b []byte) (Subflow, bool) {
 	sf.BackupRemote = sf.MPFlags&FlagBkupRem != 0
 	sf.MPTCP = isMPTCP
 	return sf, ad.Err() == nil
+}
+
+// cgroupID reads INET_DIAG_CGROUP_ID (a u64 in host order); 0 when short.
+func cgroupID(b []byte) uint64 {
+	if len(b) < 8 {
+		return 0
+	}
+	return binary.NativeEndian.Uint64(b)
 }
 
 func fillTCPInfo(sf *Subflow, b []byte) {
@@ -381,6 +397,9 @@ func parseConn(b []byte) (Conn, bool) {
 		return c, false
 	}
 	for ad.Next() {
+		if ad.Type() == inetDiagCgroupID {
+			c.CgroupID = cgroupID(ad.Bytes())
+		}
 		if ad.Type() != inetDiagInfo {
 			continue
 		}

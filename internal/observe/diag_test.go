@@ -5,9 +5,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
+	"strings"
+	"syscall"
 	"testing"
 
+	"mpsteer/internal/bpfutil"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
@@ -47,6 +51,7 @@ func TestSamplerSeesSubflowsAndTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
+	cg := ownCgroupID(t)
 	var got [2][]string
 	for i, oneWalk := range []bool{true, false} {
 		s, err := observe.NewSampler(int(h))
@@ -64,17 +69,69 @@ func TestSamplerSeesSubflowsAndTCP(t *testing.T) {
 			got[i] = append(got[i], fmt.Sprintf("%s→%s mptcp=%v", sf.Local, sf.Remote, sf.MPTCP))
 			switch sf.Local {
 			case mp:
-				sawMP = sf.MPTCP && sf.Token != 0 && sf.SRTT > 0
+				sawMP = sf.MPTCP && sf.Token != 0 && sf.SRTT > 0 && sf.CgroupID == cg
 			case plain:
 				sawPlain = !sf.MPTCP && sf.MSS > 0
 			}
 		}
 		if !sawMP || !sawPlain {
-			t.Errorf("one walk=%v: MPTCP subflow %s seen with its token: %v; TCP over IPv6 %s seen: %v; got %v", oneWalk, mp, sawMP, plain, sawPlain, got[i])
+			t.Errorf("one walk=%v: MPTCP subflow %s seen with its token and cgroup %d: %v; TCP over IPv6 %s seen: %v; got %v", oneWalk, mp, cg, sawMP, plain, sawPlain, got[i])
 		}
 		sort.Strings(got[i])
 	}
 	if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
 		t.Errorf("the two dumps differ:\n one walk:   %v\n per family: %v", got[0], got[1])
 	}
+}
+
+// ownCgroupID is the cgroup v2 id of the test process's cgroup.
+func ownCgroupID(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := bpfutil.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			var st syscall.Stat_t
+			if err := syscall.Stat(filepath.Join(root, rest), &st); err != nil {
+				t.Fatal(err)
+			}
+			return st.Ino
+		}
+	}
+	t.Fatal("no cgroup v2 line in /proc/self/cgroup")
+	return 0
+}
+
+// The MPTCP socket (the connection) carries its cgroup too.
+func TestConnsCarryTheirCgroup(t *testing.T) {
+	testutil.RequireLab(t)
+	ns := fmt.Sprintf("mpobc%d", os.Getpid()%100000)
+	if err := netnsutil.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	defer netnsutil.Delete(ns)
+	netnsutil.Sysctl(ns, "net.mptcp.enabled", "1")
+	var mp netip.AddrPort
+	netnsutil.Do(ns, func() error { mp = open(t, "tcp4", "127.0.0.1:0", true); return nil })
+	s := testutil.Sampler(t, ns)
+	conns, err := s.Conns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := ownCgroupID(t)
+	for _, c := range conns {
+		if c.Local == mp {
+			if c.CgroupID != cg {
+				t.Fatalf("connection %s: cgroup %d, want %d", mp, c.CgroupID, cg)
+			}
+			return
+		}
+	}
+	t.Fatalf("connection %s not among %+v", mp, conns)
 }

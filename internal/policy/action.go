@@ -45,7 +45,8 @@ type Action struct {
 	// Subflow is the subflow acted on (Backup, Destroy) or to open
 	// (Create: the local port may be 0).
 	Subflow SubflowID
-	// Backup is the flag a Backup action sets.
+	// Backup is the flag a Backup action sets; on a Create, the subflow
+	// joins as backup (MP_JOIN with the B bit).
 	Backup bool
 	// Rate is the cap a Limit action sets (0: no cap).
 	Rate units.Rate

@@ -12,15 +12,6 @@ package policy
 
 func (d *DynThresh) decideAllShaped(s *Snapshot) []Action {
 	var out []Action
-	var status []ShapeConnStatus
-	live := map[uint32]bool{}
-	for _, c := range s.Conns {
-		live[c.Token] = true
-		acts, cs := d.sh.shape(s.Now, c)
-		out = append(out, acts...)
-		status = append(status, cs)
-	}
-	d.sh.forget(live)
-	d.shapedStatus = status
+	out, d.shapedStatus = d.sh.decideAll(s)
 	return out
 }

@@ -45,16 +45,7 @@ func (p *ECF) Decide(s *Snapshot) []Action {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []Action
-	var status []ShapeConnStatus
-	live := map[uint32]bool{}
-	for _, c := range s.Conns {
-		live[c.Token] = true
-		acts, cs := p.sh.shape(s.Now, c)
-		out = append(out, acts...)
-		status = append(status, cs)
-	}
-	p.sh.forget(live)
-	p.status = status
+	out, p.status = p.sh.decideAll(s)
 	return out
 }
 

@@ -160,12 +160,56 @@ func TestFullmeshReopensWithBackoff(t *testing.T) {
 	if d := count(acts, Destroy); d["10.2.0.1:50001→10.101.0.2:5201"] != 1 {
 		t.Fatalf("a hanging join was not given up: %v", acts)
 	}
-	// And once one joins, the failures are forgotten.
+	// And once one joins and stays up for a backoff, the failures are
+	// forgotten.
 	c3 := conn(initial, subflow(a2, 50002, b1, 1))
 	c3.RemoteAddrs = nil
 	decideAt(f, at.Add(10*time.Second), c3)
+	decideAt(f, at.Add(11*time.Second), c3)
 	if st := f.Status().([]FullmeshConnStatus); st[0].Pairs[1].Failures != 0 {
 		t.Fatalf("failures after a join: %+v", st[0].Pairs[1])
+	}
+}
+
+// A peer whose subflow limit is reached completes each join's handshake
+// and resets it at once: the subflow shows up established and closes.
+// That is a failure, and the backoff keeps growing; it used to count as a
+// join that worked, and the pair was reopened hundreds of times a second
+// (found by internal/reliability's TestKernelSaysNo).
+func TestFullmeshJoinResetAtOnceKeepsTheBackoff(t *testing.T) {
+	f := NewFullmesh(host)
+	f.filter = ifaceFilter{Allow: []string{"eth0", "eth1"}}
+	now := time.Unix(100, 0)
+	initial := subflow(a1, 40000, b1, 1)
+	c := conn(initial)
+	c.RemoteAddrs = nil
+	if acts := decideAt(f, now, c); count(acts, Create)["10.2.0.1→10.101.0.2:5201"] != 1 {
+		t.Fatalf("first create: %v", acts)
+	}
+	creates := 0
+	port := uint16(50000)
+	var closed []observe.ClosedSubflow
+	// 10 s of events: each creation is established and reset 1 ms later.
+	for at := now.Add(ms); at.Before(now.Add(10 * time.Second)); at = at.Add(ms) {
+		st := f.Status().([]FullmeshConnStatus)
+		if st[0].Pairs[1].UnderWay == 0 {
+			acts := decideAt(f, at, c)
+			creates += count(acts, Create)["10.2.0.1→10.101.0.2:5201"]
+			continue
+		}
+		sf := subflow(a2, port, b1, 1)
+		up := conn(initial, sf)
+		up.RemoteAddrs, up.Closed = nil, closed
+		creates += count(decideAt(f, at, up), Create)["10.2.0.1→10.101.0.2:5201"]
+		closed = append(closed, observe.ClosedSubflow{Local: sf.Local, Remote: b1, At: at.Add(ms / 2), Error: 104})
+		c.Closed = closed
+		at = at.Add(ms)
+		creates += count(decideAt(f, at, c), Create)["10.2.0.1→10.101.0.2:5201"]
+		port++
+	}
+	// Backoff 1 s doubling: tries at about 0, 1, 3, 7 s.
+	if creates > 5 {
+		t.Fatalf("%d creations in 10 s on a pair whose joins are all reset at once, want the backoff to hold them to a few", creates)
 	}
 }
 

@@ -56,6 +56,13 @@ type Conn struct {
 	// connection (receiver-assisted path health, RAMPTCP; health.go);
 	// none when it sends no reports.
 	Health []PathHealth
+	// Cgroup is the cgroup v2 path (from the hierarchy's root, e.g.
+	// /system.slice/foo.service) of the process that made the connection's
+	// socket; "" when unknown. The daemon resolves only the cgroups at or
+	// below those a policy is scoped to (scope.go); CgroupID is the id
+	// the kernel reports (0 when unknown).
+	Cgroup   string
+	CgroupID uint64
 }
 
 // Snapshot is what policies see: the time, the connections, and what
@@ -83,6 +90,15 @@ type Requirements struct {
 	// RTOMax caps the retransmission timeout of subflows from these local
 	// addresses (TCP_RTO_MAX_MS, set by a BPF sockops program).
 	RTOMax map[netip.Addr]time.Duration
+	// SynRTO sets the SYN timeout of subflows joining from these local
+	// addresses (BPF_SOCK_OPS_TIMEOUT_INIT, the same sockops program): a
+	// probe of a silent path retransmits its SYN this often.
+	SynRTO map[netip.Addr]time.Duration
+	// InitialAvoid: no connection opens its initial subflow from these
+	// local addresses (the user marked their paths volatile); unbound
+	// connections are bound to InitialAddr instead (invalid: left alone).
+	InitialAvoid []netip.Addr
+	InitialAddr  netip.Addr
 	// Limits: the policy caps subflows' rates, so the means to do it must
 	// be in place before subflows are established (a sockops program sees
 	// only subflows established after it is attached).
@@ -201,7 +217,7 @@ func (e *Engine) Decide(s *Snapshot) Plan {
 
 // Requirements merges every policy's requirements (first policy wins).
 func (e *Engine) Requirements() Requirements {
-	r := Requirements{RTOMax: map[netip.Addr]time.Duration{}}
+	r := Requirements{RTOMax: map[netip.Addr]time.Duration{}, SynRTO: map[netip.Addr]time.Duration{}}
 	for _, p := range e.Policies {
 		q, ok := p.(Requirer)
 		if !ok {
@@ -218,6 +234,14 @@ func (e *Engine) Requirements() Requirements {
 			if _, taken := r.RTOMax[a]; !taken {
 				r.RTOMax[a] = d
 			}
+		}
+		for a, d := range req.SynRTO {
+			if _, taken := r.SynRTO[a]; !taken {
+				r.SynRTO[a] = d
+			}
+		}
+		if !r.InitialAddr.IsValid() && len(r.InitialAvoid) == 0 {
+			r.InitialAvoid, r.InitialAddr = req.InitialAvoid, req.InitialAddr
 		}
 	}
 	return r

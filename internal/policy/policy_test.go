@@ -162,7 +162,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"name: prefer\nspeed: fast":           `unknown key "speed"`,
 		"name: nosuch":                        `unknown policy "nosuch" (valid: backup, dynthresh, ecf, fullmesh, incremental, limit, prefer, `,
 		"name: dynthresh\nprobe_interval: 0s": `probe_interval: must be above 0s`,
-		"name: prefer\nprobe_interval: 1s":    `unknown key "probe_interval"`,
+		"name: prefer\nprobe_interval: 5ms":   `probe_interval: 5ms is below 10ms`,
 	}
 	for src, want := range cases {
 		m, err := yamlcfg.Parse("c.yaml", []byte(src))

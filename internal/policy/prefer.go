@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mpsteer/internal/observe"
+	"mpsteer/internal/units"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -42,10 +43,35 @@ type Prefer struct {
 	// RTTs jitter by multiples of themselves, and a few milliseconds more
 	// are no reason to drop the user's choice.
 	MinDelta time.Duration
-	env      Env
-	conns    map[uint32]*preferConn
-	rtts     map[SubflowID]*rttWindow
-	status   PreferStatus
+	// ProbeInterval: while no subflow on a preferred address is viable
+	// because the ones there stalled (or are gone), a fresh subflow (an
+	// MP_JOIN SYN: the cheapest liveness probe there is) is opened from it
+	// this often; the first that the path answers takes over and the
+	// stalled ones are closed, so data is back on the preferred path one
+	// handshake after the path returns instead of at the stalled subflow's
+	// next backed-off retransmission. Needs the userspace path manager;
+	// 0 = off (prefer_probe.go).
+	ProbeInterval time.Duration
+	// MaxProbes: probes of one address under way at once (default 10).
+	MaxProbes int
+	// NotSentLowat bounds the unsent data MPTCP queues on each subflow
+	// (TCP_NOTSENT_LOWAT): when the preferred path is back, the other
+	// subflows are set backup but still send what they hold, which with
+	// the kernel's send buffers took seconds. Default 64KiB under the
+	// userspace path manager (the fast return), else 0 (left alone).
+	NotSentLowat units.Size
+	// mesh opens the connection's other subflows when the userspace path
+	// manager runs the namespace (there, no subflow is opened unless a
+	// policy asks): one per pair of a local and a remote address, as
+	// fullmesh does.
+	mesh *Fullmesh
+	// AvoidInitial are paths (interfaces or addresses) the user marked
+	// volatile: no connection opens its initial subflow there.
+	AvoidInitial []string
+	env          Env
+	conns        map[uint32]*preferConn
+	rtts         map[SubflowID]*rttWindow
+	status       PreferStatus
 }
 
 // rttWindow keeps recent SRTT samples of one subflow.
@@ -77,6 +103,14 @@ type preferConn struct {
 	chosen   SubflowID
 	since    time.Time
 	switches int
+	// stalled are the preferred subflows judged stalled in the last round.
+	stalled map[SubflowID]bool
+	// probing: per preferred local address with no viable subflow, the
+	// probes under way (prefer_probe.go); seenOn: preferred addresses the
+	// connection had a subflow on.
+	probing map[netip.Addr]*probeState
+	seenOn  map[netip.Addr]bool
+	closing map[SubflowID]time.Time // subflows asked to close, and when
 }
 
 // PreferStatus explains the policy's state.
@@ -95,6 +129,9 @@ type PreferConnStatus struct {
 	DeltaMs  float64  `json:"delta_ms"`
 	Switches int      `json:"switches"`
 	Subflows []string `json:"subflows"`
+	// Probing: per preferred address with no viable subflow, the probes
+	// opened so far and since when.
+	Probing []string `json:"probing,omitempty"`
 }
 
 var ifaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
@@ -111,6 +148,7 @@ func init() {
 		p.configured = append([]string(nil), p.targets...)
 		p.K = m.Float("k", p.K, 1, 100)
 		p.RTOMax = m.Duration("rto_max", p.RTOMax)
+		parseProbe(p, m, env)
 		p.RTTWindow = m.Duration("rtt_window", p.RTTWindow)
 		p.MinDelta = m.Duration("min_delta", p.MinDelta)
 		if p.RTOMax != 0 && (p.RTOMax < time.Second || p.RTOMax > 120*time.Second) {
@@ -130,9 +168,20 @@ func checkTarget(t string) error {
 	return nil
 }
 
-// NewPrefer makes the policy with the paper's defaults (k = 2).
+// NewPrefer makes the policy with the paper's defaults (k = 2); under the
+// userspace path manager it opens the connection's subflows and probes a
+// stalled preferred path every 100ms.
 func NewPrefer(env Env) *Prefer {
-	return &Prefer{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, MinDelta: 5 * time.Millisecond, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}}
+	p := &Prefer{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, MinDelta: 5 * time.Millisecond, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}}
+	if env.PathManager == UserspacePM {
+		// The daemon is the path manager: prefer opens the connection's
+		// subflows, and probes a stalled preferred path (prefer_probe.go).
+		p.mesh = NewFullmesh(env)
+		p.mesh.ConnStallTimeout = 0
+		p.ProbeInterval = defaultProbeInterval
+		p.NotSentLowat = 64 << 10
+	}
+	return p
 }
 
 // Name is "prefer".
@@ -187,18 +236,26 @@ func (p *Prefer) ranks() (map[netip.Addr]int, map[string][]string) {
 	return rank, resolved
 }
 
-// Requirements caps the RTO of subflows on preferred addresses.
+// Requirements caps the RTO of subflows on preferred addresses, sets the
+// SYN timeout of probes, and keeps initial subflows off volatile paths.
 func (p *Prefer) Requirements() Requirements {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := Requirements{RTOMax: map[netip.Addr]time.Duration{}}
-	if p.RTOMax <= 0 {
-		return r
-	}
+	r := Requirements{RTOMax: map[netip.Addr]time.Duration{}, SynRTO: map[netip.Addr]time.Duration{}}
 	rank, _ := p.ranks()
-	for a := range rank {
-		r.RTOMax[a] = p.RTOMax
+	if p.RTOMax > 0 {
+		for a := range rank {
+			r.RTOMax[a] = p.RTOMax
+		}
 	}
+	// Probes under way: each retransmits its SYN five times per interval.
+	for _, st := range p.conns {
+		for a := range st.probing {
+			r.SynRTO[a] = p.synRTO()
+		}
+	}
+	r.InitialAvoid, r.InitialAddr = p.initial(rank)
+	r.NotSentLowat = int(p.NotSentLowat)
 	return r
 }
 
@@ -235,8 +292,10 @@ func (p *Prefer) Decide(s *Snapshot) []Action {
 		}
 		cs := PreferConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
 		out = append(out, p.decideConn(s.Now, c, rank, &cs)...)
+		out = append(out, p.lifecycle(s.Now, c, rank, &cs)...)
 		st.Conns = append(st.Conns, cs)
 	}
+	out = p.withMesh(s, out)
 	for tok := range p.conns {
 		if !seen[tok] {
 			delete(p.conns, tok)
@@ -281,6 +340,12 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		cs.State = "no-preference"
 		return nil
 	}
+	st := p.conns[c.Token]
+	if st == nil {
+		st = &preferConn{since: now}
+		p.conns[c.Token] = st
+	}
+	st.stalled = map[SubflowID]bool{}
 	if len(pref) == 0 {
 		// The preferred path has not joined yet (a connection starts on the
 		// route's path). Backup costs nothing while it is the only subflow
@@ -294,11 +359,6 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		return out
 	}
 	sort.SliceStable(pref, func(i, j int) bool { return rank[pref[i].Local.Addr()] < rank[pref[j].Local.Addr()] })
-	st := p.conns[c.Token]
-	if st == nil {
-		st = &preferConn{since: now}
-		p.conns[c.Token] = st
-	}
 	delta := max(time.Duration(p.K*float64(minRTT)), p.MinDelta)
 	cs.DeltaMs = float64(delta) / 1e6
 
@@ -308,6 +368,7 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		ok, stall, why := p.viable(pref[i], rtts[ID(pref[i])], delta)
 		cs.Subflows = append(cs.Subflows, fmt.Sprintf("%s preferred #%d: %s", ID(pref[i]), rank[pref[i].Local.Addr()]+1, why))
 		stalled[ID(pref[i])] = stall
+		st.stalled[ID(pref[i])] = stall
 		if ok && chosen == nil {
 			chosen = &pref[i]
 		}

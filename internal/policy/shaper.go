@@ -18,7 +18,11 @@ import (
 // A path earns its traffic before it gets it. The main path (the one that
 // has carried the most; the initial subflow while it warms up, for
 // WarmupRTTs of its RTT) is never held back. Every other subflow is:
-//   - aside (backup) when it joins, and between trials;
+//   - aside (backup) when it joins (Requirements.JoinBackup: it carries
+//     nothing before the policy has seen it), and between trials;
+//   - entering, when it is near (base RTT within EntryFactor of the paths
+//     in use): it carries at once, as MPTCP would have it, and stays when
+//     it carries SlowShare of the main path's rate (see shape);
 //   - on trial: it carries traffic for one trial period (3 of its RTTs, at
 //     least 300 ms, plus one RTT for its first data to come back), one
 //     subflow of a connection at a time. It passes if the connection then
@@ -44,7 +48,19 @@ type shaper struct {
 	Retry  time.Duration
 	// InTimeCaps: far paths are capped to what arrives in time.
 	InTimeCaps bool
+	// JoinBackup: new subflows join as backup (Requirements.JoinBackup),
+	// so none carries before the policy has seen it; off, a joiner
+	// carries from its handshake until the first decision on it (short
+	// transfers over near paths gain a few tens of ms).
+	JoinBackup bool
 	SlowFactor float64
+	// EntryFactor: a joiner whose base RTT is within this many times the
+	// paths in use is near: it enters at once; farther ones wait for a
+	// trial.
+	EntryFactor float64
+	// NearerFactor: a joiner this many times nearer (base RTT) than a main
+	// path still warming up waits for the warm-up to end (0: never waits).
+	NearerFactor float64
 	// SlowShare: a near joiner that carries less than this share of the
 	// main path's bytes in its entry period goes aside.
 	SlowShare float64
@@ -67,7 +83,7 @@ type shaper struct {
 }
 
 func (p *shaper) requirements() Requirements {
-	return Requirements{Limits: p.InTimeCaps, NotSentLowat: int(p.NotSentLowat), JoinBackup: true}
+	return Requirements{Limits: p.InTimeCaps, NotSentLowat: int(p.NotSentLowat), JoinBackup: p.JoinBackup}
 }
 
 // parse reads the shaper's keys of a policy's config entry.
@@ -79,7 +95,10 @@ func (p *shaper) parse(m *yamlcfg.Map) {
 		m.Errorf("retry", "must be above 0s")
 	}
 	p.InTimeCaps = m.Bool("in_time_caps", p.InTimeCaps)
+	p.JoinBackup = m.Bool("join_backup", p.JoinBackup)
 	p.SlowFactor = m.Float("slow_factor", p.SlowFactor, 1, 100)
+	p.NearerFactor = m.Float("nearer_factor", p.NearerFactor, 0, 1000)
+	p.EntryFactor = m.Float("entry_factor", p.EntryFactor, 1, 1000)
 	p.SlowShare = float64(m.Fraction("slow_share", units.Fraction(p.SlowShare)))
 	p.FarTrialRTTs = m.Float("far_trial_rtts", p.FarTrialRTTs, 0, 1000)
 	p.Headroom = float64(m.Fraction("headroom", units.Fraction(p.Headroom)))
@@ -95,7 +114,7 @@ func (p *shaper) parse(m *yamlcfg.Map) {
 }
 
 func newShaper() shaper {
-	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, SlowFactor: 1.25, SlowShare: 0.25, FarTrialRTTs: 25,
+	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true, SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, FarTrialRTTs: 25,
 		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}}
 }
 
@@ -143,6 +162,7 @@ type shapeSub struct {
 	retry      time.Duration
 	// Entry (a near joiner): until when, and the byte counters of it and
 	// of the main path when it joined.
+	entryAt    time.Time
 	entryUntil time.Time
 	entryBytes uint64
 	mainBytes  uint64
@@ -179,6 +199,22 @@ func (s *shapeSub) capacity(sf observe.Subflow) float64 {
 	return s.best.v[0]
 }
 
+// decideAll decides every connection of a snapshot: the actions and each
+// connection's status; it forgets connections that are gone.
+func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
+	var out []Action
+	var status []ShapeConnStatus
+	live := map[uint32]bool{}
+	for _, c := range s.Conns {
+		live[c.Token] = true
+		acts, cs := p.shape(s.Now, c)
+		out = append(out, acts...)
+		status = append(status, cs)
+	}
+	p.forget(live)
+	return out, status
+}
+
 // shape decides one connection: the actions and its status.
 func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	cs := ShapeConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
@@ -206,13 +242,11 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 				s.why = "joined: aside until its RTT is known"
 			} else if p.nearJoin(st, c, sf) {
 				// As near as the paths in use (by its handshake's RTT): it
-				// carries from the start, as MPTCP would have it (a short
-				// transfer needs it at once), and is judged by its share
-				// after its entry period.
-				s.state, s.entryUntil, s.entryBytes = shEntry, now.Add(max(300*time.Millisecond, 3*baseRTT(sf))), sf.BytesAcked
-				s.why = "joined as near as the paths in use: carries while it shows its share"
+				// enters below, once the main path is known (a short
+				// transfer needs it at once).
+				s.why = "joined near: enters with the main path known"
 			}
-			if s.state == shAside && baseRTT(sf) > 0 {
+			if s.state == shAside && baseRTT(sf) > 0 && !p.nearJoin(st, c, sf) {
 				// A far joiner's trial stalls the connection for about its
 				// RTT: its first waits FarTrialRTTs of them (a short
 				// transfer never pays for it).
@@ -283,15 +317,27 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		ms.state, ms.why = shFree, "main path"
 	}
 
-	// Joiners whose RTT was unknown: near ones enter now, far ones wait
-	// for their trial.
+	// Joiners not yet placed (near ones, and those whose RTT was unknown):
+	// near ones enter, far ones wait for their trial. A near joiner carries
+	// from the start, as MPTCP would have it, and is judged by its share
+	// after its entry period; but one NearerFactor× nearer than a main
+	// path that still warms up waits for the warm-up to end: MPTCP's
+	// scheduler would give it the data first and starve the main path's
+	// slow start (a 4 ms, 4 Mbit/s joiner beside a 400 ms, 400 Mbit/s
+	// path slowed its ramp by 2 s).
 	for _, sf := range c.Subflows {
 		s := st.subs[ID(sf)]
 		if s.state != shAside || !s.nextTrial.IsZero() || baseRTT(sf) == 0 || ID(sf) == mainID {
 			continue
 		}
 		if p.nearJoin(st, c, sf) {
-			s.state, s.entryUntil, s.entryBytes = shEntry, now.Add(max(300*time.Millisecond, 3*baseRTT(sf))), sf.BytesAcked
+			if warming && p.NearerFactor > 0 && float64(flooredRTT(baseRTT(sf)))*p.NearerFactor < float64(baseRTT(main)) {
+				s.why = fmt.Sprintf("joined %s, far nearer than the main path's %s while it warms up: enters after",
+					fmtMs(baseRTT(sf)), fmtMs(baseRTT(main)))
+				continue
+			}
+			s.state, s.entryAt, s.entryUntil, s.entryBytes = shEntry, now, now.Add(entryPeriod(sf)), sf.BytesAcked
+			s.mainBytes, s.mainSet = main.BytesAcked, true
 			s.why = "joined as near as the paths in use: carries while it shows its share"
 		} else {
 			s.nextTrial = now.Add(max(p.Retry, time.Duration(p.FarTrialRTTs*float64(baseRTT(sf)))))
@@ -310,17 +356,44 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 			s.mainBytes, s.mainSet = main.BytesAcked, true
 			continue
 		}
-		if now.Before(s.entryUntil) || warming {
+		if sf.Backup() {
+			// The kernel has not made it usable yet (its MP_PRIO is still
+			// to go out): its entry starts when it can carry.
+			s.entryAt, s.entryUntil = now, now.Add(entryPeriod(sf))
+			s.entryBytes, s.mainBytes = sf.BytesAcked, main.BytesAcked
 			continue
 		}
-		own := float64(sf.BytesAcked - min(s.entryBytes, sf.BytesAcked))
-		other := float64(main.BytesAcked - min(s.mainBytes, main.BytesAcked))
-		if own < p.SlowShare*other {
-			p.setAside(now, s, fmt.Sprintf("it carried %s in its first %s, %.0f%% of the main path's %s",
-				units.Size(own), fmtMs(now.Sub(s.seen)), 100*own/math.Max(other, 1), units.Size(other)))
+		// Its share: what it carries (bytes over its entry, or what its
+		// window carries per RTT, whichever is more: a joiner with a longer
+		// RTT is still in slow start when a near one has long left it)
+		// against what the main path carries.
+		elapsed := math.Max(now.Sub(s.entryAt).Seconds(), 1e-3)
+		own := float64(sf.BytesAcked-min(s.entryBytes, sf.BytesAcked)) / elapsed
+		rate := math.Max(own, sf.ThroughputEstimate())
+		mainRate := math.Max(float64(main.BytesAcked-min(s.mainBytes, main.BytesAcked))/elapsed, cur[mainID])
+		share := rate / math.Max(mainRate, 1)
+		// A joiner that carries far less (a quarter of SlowShare) goes
+		// aside early, once the main path has had its warm-up RTTs: every
+		// round it stays costs what its slow deliveries hold up.
+		early := now.Sub(s.entryAt) >= max(100*time.Millisecond, 3*baseRTT(sf)) &&
+			now.Sub(ms.seen) >= time.Duration(p.WarmupRTTs*float64(max(main.SRTT, time.Millisecond))) &&
+			mainRate > 0 && share < p.SlowShare/4
+		if (now.Before(s.entryUntil) || warming) && !early {
+			continue
+		}
+		if share < p.SlowShare {
+			why := fmt.Sprintf("it carried %s in its first %s, %.0f%% of the main path's %s",
+				mbit(rate), fmtMs(now.Sub(s.seen)), 100*share, mbit(mainRate))
+			// At that rate it could not add the gain a trial asks for: its
+			// trials wait the longest (each costs).
+			if rate < p.Gain*math.Max(mainNow, mainRate) {
+				s.retry = 16 * p.Retry
+				why += fmt.Sprintf("; it cannot add %.0f%%", 100*p.Gain)
+			}
+			p.setAside(now, s, why)
 		} else {
 			s.state = shFree
-			s.why = fmt.Sprintf("carried %.0f%% of the main path's bytes in its first %s", 100*own/math.Max(other, 1), fmtMs(now.Sub(s.seen)))
+			s.why = fmt.Sprintf("carried %.0f%% of the main path's rate in its first %s", 100*share, fmtMs(now.Sub(s.seen)))
 		}
 	}
 
@@ -386,7 +459,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		if id != mainID && s.state != shAside && p.InTimeCaps {
 			// What arrives in time on a far path.
 			lag := (rtt + baseRTT(main)) / 2
-			if rtt > 0 && baseRTT(main) > 0 && float64(rtt) > p.SlowFactor*float64(baseRTT(main)) {
+			if rtt > 0 && baseRTT(main) > 0 && float64(flooredRTT(rtt)) > p.SlowFactor*float64(flooredRTT(baseRTT(main))) {
 				inTime := inTimeRate(p.Headroom*float64(wnd), lag, mainNow)
 				switch {
 				case inTime < burst/lag.Seconds():
@@ -415,8 +488,20 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	return out, cs
 }
 
+// flooredRTT is an RTT for comparing paths: under a millisecond, what
+// a path lags another by cannot hold anything up that matters (two veths
+// in one host differ 15×, at 1 and 15 µs).
+func flooredRTT(rtt time.Duration) time.Duration { return max(rtt, time.Millisecond) }
+
+// entryPeriod is how long a near joiner carries before it is judged: 6
+// of its RTTs (slow start needs about that to reach tens of Mbit/s from
+// its initial window), at least 300 ms.
+func entryPeriod(sf observe.Subflow) time.Duration {
+	return max(300*time.Millisecond, 6*baseRTT(sf))
+}
+
 // nearJoin tells whether a joining subflow is as near as the paths in
-// use: its RTT (from its handshake) within SlowFactor of theirs.
+// use: its RTT (from its handshake) within EntryFactor of theirs.
 func (p *shaper) nearJoin(st *shapeConn, c *Conn, sf observe.Subflow) bool {
 	rtt := baseRTT(sf)
 	if rtt <= 0 {
@@ -430,7 +515,7 @@ func (p *shaper) nearJoin(st *shapeConn, c *Conn, sf observe.Subflow) bool {
 			}
 		}
 	}
-	return best > 0 && float64(rtt) <= p.SlowFactor*float64(best)
+	return best > 0 && float64(flooredRTT(rtt)) <= p.EntryFactor*float64(flooredRTT(best))
 }
 
 // inTimeRate is the largest rate r (bytes/s) a far path may carry beside

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"mpsteer/internal/observe"
+	"mpsteer/internal/yamlcfg"
 )
 
 // pathSim is a path for the shaper tests: every 100 ms round it delivers
@@ -41,7 +42,9 @@ func newShapeSim(t *testing.T, p Policy, wnd uint32, paths ...pathSim) *shapeSim
 		now: time.Unix(100, 0), trials: map[SubflowID]int{}}
 	for i, ps := range paths {
 		sf := subflow(ps.local, uint16(40000+i), b1, 1)
-		sf.SRTT, sf.MinRTT, sf.SndWnd, sf.Cwnd, sf.MSS = ps.rtt, ps.rtt, wnd, 10, 1448
+		// A window of two bandwidth-delay products (as BBR keeps), at least 4.
+		cwnd := uint32(max(4, 2*ps.capacity/8*ps.rtt.Seconds()/1448))
+		sf.SRTT, sf.MinRTT, sf.SndWnd, sf.Cwnd, sf.MSS = ps.rtt, ps.rtt, wnd, cwnd, 1448
 		if i > 0 {
 			sf.LocalID = uint8(i)
 		}
@@ -100,7 +103,7 @@ func TestShaperLetsANearEqualPathCarryAtOnce(t *testing.T) {
 		t.Fatalf("a near joiner was set aside at once: %+v", s.backups[s.id(1)])
 	}
 	s.run(30)
-	if b, c := s.backups[s.id(1)], s.caps[s.id(1)]; b.Backup || c.Rate != 0 || !strings.Contains(b.Reason, "of the main path's bytes") {
+	if b, c := s.backups[s.id(1)], s.caps[s.id(1)]; b.Backup || c.Rate != 0 || !strings.Contains(b.Reason, "of the main path's rate") {
 		t.Fatalf("an equal path after 3 s: backup %v, cap %v (%s), want free after its entry", b.Backup, c.Rate, b.Reason)
 	}
 }
@@ -108,8 +111,8 @@ func TestShaperLetsANearEqualPathCarryAtOnce(t *testing.T) {
 func TestShaperSetsAsideANearSlowJoinerAfterItsEntry(t *testing.T) {
 	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 4e6, 4 * ms, 0})
 	s.run(8)
-	if b := s.backups[s.id(1)]; !b.Backup || !strings.Contains(b.Reason, "1% of the main path's") {
-		t.Fatalf("a 4 Mbit/s joiner beside 400 Mbit/s after 0.8 s: %+v, want aside (1%% of the main path's bytes)", b)
+	if b := s.backups[s.id(1)]; !b.Backup || !strings.Contains(b.Reason, "3% of the main path's") {
+		t.Fatalf("a 4 Mbit/s joiner beside 400 Mbit/s after 0.8 s: %+v (%s), want aside (3%% of the main path's rate: 4 packets a window)", b, b.Reason)
 	}
 }
 
@@ -202,9 +205,9 @@ func TestInTimeRate(t *testing.T) {
 
 func TestShaperWaitsForAWarmingInitialPath(t *testing.T) {
 	// The connection starts on a far path (10 RTTs = 4 s of warm-up) and
-	// a farther one joins: no trial before the warm-up ends, and the
+	// a far one (7.5×) joins: no trial before the warm-up ends, and the
 	// initial path is never held back.
-	s := newShapeSim(t, NewECF(), 64<<20, pathSim{a1, 2e6, 400 * ms, 0}, pathSim{a2, 4e6, 800 * ms, 0})
+	s := newShapeSim(t, NewECF(), 64<<20, pathSim{a1, 2e6, 400 * ms, 0}, pathSim{a2, 4e6, 3000 * ms, 0})
 	s.run(35)
 	if s.trials[s.id(1)] != 0 || !s.backups[s.id(1)].Backup {
 		t.Fatalf("a trial during the initial path's warm-up")
@@ -227,5 +230,64 @@ func TestShaperHoldsAJoinerUntilItsRTTIsKnown(t *testing.T) {
 	s.run(1)
 	if b := s.backups[s.id(1)]; b.Backup {
 		t.Fatalf("a near joiner once its RTT shows: %+v, want carrying", b)
+	}
+}
+
+func TestShaperTrialsOfAJoinerThatCannotAddWaitLongest(t *testing.T) {
+	// 4 Mbit/s beside 400 Mbit/s cannot add the 5% a trial asks for: set
+	// aside after its entry, its first trial waits 16× the retry (32 s).
+	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 4e6, 4 * ms, 0})
+	s.run(250) // 25 s
+	b := s.backups[s.id(1)]
+	if !b.Backup || !strings.Contains(b.Reason, "cannot add 5%") || !strings.Contains(b.Reason, "next trial in 32s") {
+		t.Fatalf("after 25 s: %+v (%s), want aside with its trial in 32 s", b, b.Reason)
+	}
+	if n := s.trials[s.id(1)]; n != 0 {
+		t.Fatalf("%d trials in 25 s, want none", n)
+	}
+}
+
+func TestShaperFarNearerJoinerWaitsForTheMainPathsWarmUp(t *testing.T) {
+	// A 4 ms joiner beside a 400 ms initial path that still warms up (10
+	// RTTs: 4 s): MPTCP would give it the data first and starve the main
+	// path's slow start.
+	s := newShapeSim(t, NewECF(), 64<<20, pathSim{a1, 400e6, 400 * ms, 0}, pathSim{a2, 4e6, 4 * ms, 0})
+	s.run(30)
+	if b := s.backups[s.id(1)]; !b.Backup || !strings.Contains(b.Reason, "warms up: enters after") {
+		t.Fatalf("after 3 s: %+v, want aside until the main path has warmed up", b)
+	}
+	s.run(20)
+	if n := s.trials[s.id(1)]; n != 1 {
+		t.Fatalf("after 5 s: entered %d times, want once (its entry, after the warm-up)", n)
+	}
+}
+
+func TestShaperComparesRTTsFromAMillisecond(t *testing.T) {
+	// Two veths in one host: 1 and 15 µs. 15× apart, yet neither can hold
+	// anything up: the joiner is near and carries at once.
+	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 400e6, time.Microsecond, 0}, pathSim{a2, 400e6, 15 * time.Microsecond, 0})
+	s.run(1)
+	if b := s.backups[s.id(1)]; b.Backup {
+		t.Fatalf("a 15 µs joiner beside a 1 µs path: %+v (%s), want it carrying", b, b.Reason)
+	}
+}
+
+func TestShaperJoinBackupIsAKey(t *testing.T) {
+	for src, want := range map[string]bool{"name: ecf": true, "name: dynthresh\njoin_backup: false": false, "name: dynthresh\nmode: shaped": true} {
+		m, err := yamlcfg.Parse("c.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Build(m, Env{})
+		if err := m.Err(); err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		r, ok := p.(Requirer)
+		if !ok {
+			t.Fatalf("%q: %T states no requirements", src, p)
+		}
+		if got := r.Requirements().JoinBackup; got != want {
+			t.Errorf("%q: joins as backup %v, want %v", src, got, want)
+		}
 	}
 }

@@ -193,7 +193,8 @@ type openerConn struct {
 	closed  time.Time               // the newest closed subflow already counted
 	pending map[SubflowID]time.Time // joining subflows, first seen
 	seen    map[SubflowID]time.Time // subflows seen (joining or established), first seen
-	known   map[SubflowID]bool      // subflows seen established
+	known   map[SubflowID]time.Time // subflows seen established, first seen so
+	proven  map[SubflowID]bool      // established subflows that stayed up a backoff
 	// destroyed are subflows the policy closed as failures: their
 	// closing is not counted again as a failure.
 	destroyed map[SubflowID]bool
@@ -237,7 +238,7 @@ func (o *opener) parse(m *yamlcfg.Map) {
 func (o *opener) conn(tok uint32) *openerConn {
 	c := o.conns[tok]
 	if c == nil {
-		c = &openerConn{pairs: map[pair]*pairState{}, pending: map[SubflowID]time.Time{}, seen: map[SubflowID]time.Time{}, known: map[SubflowID]bool{},
+		c = &openerConn{pairs: map[pair]*pairState{}, pending: map[SubflowID]time.Time{}, seen: map[SubflowID]time.Time{}, known: map[SubflowID]time.Time{}, proven: map[SubflowID]bool{},
 			destroyed: map[SubflowID]bool{}, closing: map[SubflowID]time.Time{}, done: map[string]bool{}, retry: map[string]time.Time{}}
 		o.conns[tok] = c
 	}
@@ -291,9 +292,16 @@ func (o *opener) observe(now time.Time, c *Conn, outcomes []Outcome, policyName 
 	}
 	for _, sf := range c.Subflows {
 		id := ID(sf)
-		if !oc.known[id] {
-			// Newly established: a join worked.
-			oc.known[id] = true
+		at, ok := oc.known[id]
+		if !ok {
+			oc.known[id], at = now, now
+		}
+		// A join worked once its subflow has stayed up for a backoff: a
+		// peer that resets every join right after the handshake (its
+		// subflow limit reached) must not reset the backoff with each
+		// try, or the pair is reopened hundreds of times a second.
+		if !oc.proven[id] && now.Sub(at) >= o.Backoff {
+			oc.proven[id] = true
 			ps := oc.pair(pairOf(sf))
 			ps.fails, ps.next, ps.lastErr = 0, time.Time{}, ""
 		}
@@ -302,6 +310,7 @@ func (o *opener) observe(now time.Time, c *Conn, outcomes []Outcome, policyName 
 	for id := range oc.known {
 		if !present[id] {
 			delete(oc.known, id)
+			delete(oc.proven, id)
 		}
 	}
 	for id := range oc.closing {

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -163,28 +162,7 @@ func pathKey(k PathKey) healthHlPathKey {
 func (h *Health) SetLastHop(want map[PathKey]uint8) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var errs error
-	for k := range h.hops {
-		if _, keep := want[k]; !keep {
-			pk := pathKey(k)
-			if err := h.objs.HlLasthop.Delete(&pk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = errors.Join(errs, err)
-			}
-			delete(h.hops, k)
-		}
-	}
-	for k, v := range want {
-		if old, ok := h.hops[k]; ok && old == v {
-			continue
-		}
-		pk := pathKey(k)
-		if err := h.objs.HlLasthop.Put(&pk, v); err != nil {
-			errs = errors.Join(errs, err)
-			continue
-		}
-		h.hops[k] = v
-	}
-	return errs
+	return syncMap(h.objs.HlLasthop, h.hops, want, pathKey, func(v uint8) uint8 { return v })
 }
 
 // monoNow is the clock bpf_ktime_get_ns() reads.

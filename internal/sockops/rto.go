@@ -1,13 +1,18 @@
 package sockops
 
 import (
+	"bufio"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -22,6 +27,7 @@ type RTOCapper struct {
 	objs rtoObjects
 	link link.Link
 	want map[netip.Addr]time.Duration
+	syn  map[netip.Addr]time.Duration
 }
 
 // NewRTOCapper loads and attaches the program for the network namespace
@@ -34,7 +40,7 @@ func NewRTOCapper(netnsCookie uint64) (*RTOCapper, error) {
 	if err := spec.Variables["netns_cookie"].Set(netnsCookie); err != nil {
 		return nil, err
 	}
-	r := &RTOCapper{want: map[netip.Addr]time.Duration{}}
+	r := &RTOCapper{want: map[netip.Addr]time.Duration{}, syn: map[netip.Addr]time.Duration{}}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
 		return nil, fmt.Errorf("load the sockops RTO program: %w", bpfutil.VerifierDetail(err))
 	}
@@ -71,34 +77,82 @@ func nativeFromBytes(b []byte) uint32 {
 func (r *RTOCapper) Set(want map[netip.Addr]time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var errs error
-	for a := range r.want {
-		if _, keep := want[a]; !keep {
-			k := addrKey(a)
-			if err := r.objs.RtoMax.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = errors.Join(errs, err)
+	return syncMap(r.objs.RtoMax, r.want, want, addrKey, func(d time.Duration) uint32 { return uint32(d.Milliseconds()) })
+}
+
+// SetSynRTO makes the SYN timeout map equal to want: joining subflows
+// (MP_JOIN) from these local addresses retransmit their SYN at this
+// interval (the kernel does so linearly tcp_syn_linear_timeouts times,
+// then backs off). The kernel counts the timeout in jiffies; it is at
+// least one.
+func (r *RTOCapper) SetSynRTO(want map[netip.Addr]time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return syncMap(r.objs.SynRto, r.syn, want, addrKey, Jiffies)
+}
+
+// Jiffies converts a duration to the kernel's ticks (CONFIG_HZ), rounding
+// up, at least 1.
+func Jiffies(d time.Duration) uint32 {
+	hz := kernelHZ()
+	j := (int64(d)*int64(hz) + int64(time.Second) - 1) / int64(time.Second)
+	return uint32(max(j, 1))
+}
+
+var (
+	hzOnce sync.Once
+	hz     int
+)
+
+// kernelHZ reads CONFIG_HZ from the kernel's config (/proc/config.gz or
+// /boot/config-RELEASE); when neither is there it takes 1000, the most
+// common value, whose error makes a timeout longer, never shorter, than
+// asked on a kernel with fewer ticks per second (250: four times longer).
+func kernelHZ() int {
+	hzOnce.Do(func() {
+		hz = 1000
+		if v, ok := readKernelConfig("CONFIG_HZ"); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				hz = n
 			}
-			delete(r.want, a)
+		}
+	})
+	return hz
+}
+
+func readKernelConfig(key string) (string, bool) {
+	var rd io.Reader
+	if f, err := os.Open("/proc/config.gz"); err == nil {
+		defer f.Close()
+		if z, err := gzip.NewReader(f); err == nil {
+			rd = z
 		}
 	}
-	for a, d := range want {
-		if r.want[a] == d {
-			continue
+	if rd == nil {
+		var uts unix.Utsname
+		if unix.Uname(&uts) != nil {
+			return "", false
 		}
-		k := addrKey(a)
-		if err := r.objs.RtoMax.Put(&k, uint32(d.Milliseconds())); err != nil {
-			errs = errors.Join(errs, err)
-			continue
+		f, err := os.Open("/boot/config-" + unix.ByteSliceToString(uts.Release[:]))
+		if err != nil {
+			return "", false
 		}
-		r.want[a] = d
+		defer f.Close()
+		rd = f
 	}
-	return errs
+	sc := bufio.NewScanner(rd)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // Stats counts sockets seen, MPTCP subflows seen, and timeouts set.
 func (r *RTOCapper) Stats() map[string]uint64 {
 	out := map[string]uint64{}
-	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed"} {
+	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed", "syn_timeouts_set"} {
 		var v uint64
 		if err := r.objs.RtoStats.Lookup(uint32(i), &v); err == nil {
 			out[name] = v

@@ -25,6 +25,7 @@ type rtoAddrKey struct {
 const (
 	rtoMapRtoMax      = "rto_max"
 	rtoMapRtoStats    = "rto_stats"
+	rtoMapSynRto      = "syn_rto"
 	rtoProgMpsteerRto = "mpsteer_rto"
 	rtoVarNetnsCookie = "netns_cookie"
 )
@@ -80,6 +81,7 @@ type rtoProgramSpecs struct {
 type rtoMapSpecs struct {
 	RtoMax   *ebpf.MapSpec `ebpf:"rto_max"`
 	RtoStats *ebpf.MapSpec `ebpf:"rto_stats"`
+	SynRto   *ebpf.MapSpec `ebpf:"syn_rto"`
 }
 
 // rtoVariableSpecs contains global variables before they are loaded into the kernel.
@@ -111,12 +113,14 @@ func (o *rtoObjects) Close() error {
 type rtoMaps struct {
 	RtoMax   *ebpf.Map `ebpf:"rto_max"`
 	RtoStats *ebpf.Map `ebpf:"rto_stats"`
+	SynRto   *ebpf.Map `ebpf:"syn_rto"`
 }
 
 func (m *rtoMaps) Close() error {
 	return _RtoClose(
 		m.RtoMax,
 		m.RtoStats,
+		m.SynRto,
 	)
 }
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,8 +55,16 @@ func StartDaemonWith(t testing.TB, ns, config string, flags ...string) *Daemon {
 	d.exited = exited
 	go func() { d.Cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		d.Cmd.Process.Kill()
-		<-exited
+		// A clean exit: the daemon undoes what it changed and removes
+		// its state file (a killed one leaves both to the next daemon
+		// in its namespace, and there is none).
+		d.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			d.Cmd.Process.Kill()
+			<-exited
+		}
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(d.Log)

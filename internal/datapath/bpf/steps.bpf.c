@@ -231,6 +231,15 @@ static __always_inline int parse(struct __sk_buff *skb, struct cx *x)
 	__u32 thlen = (th[12] >> 4) * 4;
 	if (thlen < 20 || l4 + thlen > skb->len)
 		return -1;
+	/* The IP length must cover the TCP header and lie within the frame
+	 * (a frame may be longer: Ethernet padding). 0 is BIG TCP's: the
+	 * frame's length is the packet's. A packet whose IP header lies about
+	 * its length is not a well-formed segment: left alone. */
+	if (x->iplen) {
+		__u32 end = l3 + x->iplen + (x->v6 ? 40 : 0);
+		if (end > skb->len || l4 + thlen > end)
+			return -1;
+	}
 	x->l4 = l4;
 	x->thlen = thlen;
 	x->flags = th[13];

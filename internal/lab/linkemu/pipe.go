@@ -158,6 +158,9 @@ func (q *Pipe) SetParams(p Params) {
 	q.p = p
 }
 
+// Origin is when the outage and trace schedules started.
+func (q *Pipe) Origin() time.Duration { return q.origin }
+
 // SetOrigin restarts the outage and trace schedules at t.
 func (q *Pipe) SetOrigin(t time.Duration) {
 	q.origin = t

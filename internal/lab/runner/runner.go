@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -230,7 +231,7 @@ loop:
 	sum := r.summarize(rec.Samples)
 	if emu != nil {
 		sum.Emulator = emu.Links
-		r.recoveries(sum, emu.Links)
+		r.recoveries(sum, emu.Links, rec.Samples)
 		r.linkShares(sum, emu.Links)
 	}
 	r.floodMetrics(sum, rec.Samples)
@@ -393,6 +394,8 @@ func ApplyEvent(w *world.World, ev scenario.Event) (string, error) {
 	case scenario.ActDown, scenario.ActUp:
 		_, err := world.Control(w.Dir, world.Request{Op: string(ev.Action), Link: p.Link, Dir: ev.Dir})
 		return "", err
+	case scenario.ActIfDown, scenario.ActIfUp:
+		return w.SetInterface(p.Name, ev.Action == scenario.ActIfUp)
 	case scenario.ActRemove:
 		// The path disappears: the link goes dark and, as an interface
 		// going away would make a path manager do, the client's endpoint
@@ -721,21 +724,32 @@ func readSeries(file string) ([2][]float64, error) {
 
 // recoveries turns the emulator's link-up records into times from link-up
 // to the first data segment, per path, in the sending direction.
-func (r *variantRun) recoveries(sum *report.Summary, links map[string]world.LinkState) {
+func (r *variantRun) recoveries(sum *report.Summary, links map[string]world.LinkState, samples []recorder.Sample) {
+	pmap := r.pathMapper()
 	for _, p := range r.w.Paths {
 		st, ok := links[p.Link]
 		if !ok {
 			continue
 		}
-		ups := st.Up.Ups
+		dir := st.Up
 		if !r.upload {
-			ups = st.Down.Ups
+			dir = st.Down
 		}
-		var list []float64
-		for _, u := range ups {
+		var list, shares []float64
+		for _, u := range dir.Ups {
 			if u.FirstDataAt > 0 {
 				list = append(list, float64(u.FirstDataAt-u.UpAt)/1e6)
 			}
+			// The path's share of the traffic in the second from 200 ms
+			// after the link-up (times into the transfer).
+			at := u.UpAt - dir.Origin
+			if share, ok := shareAfter(samples, pmap, r.upload, p.Name, at+shareAfterUp, at+shareAfterUp+shareWindow); ok && dir.Origin > 0 {
+				shares = append(shares, share)
+			}
+		}
+		if len(shares) > 0 {
+			sum.Metrics[p.Name+"_share_from_200ms_after_up_mean"] = mean(shares)
+			sum.Metrics[p.Name+"_share_from_200ms_after_up_min"] = slices.Min(shares)
 		}
 		if len(list) == 0 {
 			continue
@@ -744,12 +758,17 @@ func (r *variantRun) recoveries(sum *report.Summary, links map[string]world.Link
 			sum.Recoveries = map[string][]float64{}
 		}
 		sum.Recoveries[p.Name] = list
-		mean := 0.0
-		for _, v := range list {
-			mean += v
-		}
-		sum.Metrics[p.Name+"_link_up_to_first_data_ms_mean"] = mean / float64(len(list))
+		sum.Metrics[p.Name+"_link_up_to_first_data_ms_mean"] = mean(list)
+		sum.Metrics[p.Name+"_link_up_to_first_data_ms_median"] = stats.Float64s(list, 0.5)[0]
 	}
+}
+
+func mean(xs []float64) float64 {
+	m := 0.0
+	for _, v := range xs {
+		m += v
+	}
+	return m / float64(len(xs))
 }
 
 // linkShares, in a tenants world: the share of the bytes each physical

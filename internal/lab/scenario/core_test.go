@@ -150,6 +150,8 @@ func TestPerPairErrors(t *testing.T) {
 		{"event on a link without core", "paths: [{name: a}]\nevents: [{at: 1s, link: core0, action: down}]", `s.yaml:2: events[0].link: the scenario has no core`},
 		{"event link list empty", pp + "events: [{at: 1s, link: [], action: down}]", `s.yaml:3: events[0].link: name at least one core link`},
 		{"remove a link", pp + "events: [{at: 1s, link: c1x1-0, action: remove}]", `s.yaml:3: events[0].action: remove takes a path away`},
+		{"ifdown a link", pp + "events: [{at: 1s, link: c1x1-0, action: ifdown}]", `s.yaml:3: events[0].action: ifdown acts on the client's interface of a path; core links have none`},
+		{"unknown action", "paths: [{name: a}]\nevents: [{at: 1s, path: a, action: unplug}]", `s.yaml:2: events[0].action: "unplug" is not valid (valid: set, down, up, remove, ifdown, ifup)`},
 		{"event on a plain path", pp + "events: [{at: 1s, path: a, action: down}]", `s.yaml:3: events[0].path: path "a" is via core without link parameters, so its access link is a plain veth`},
 		{"variant event on unknown link", pp + "variants:\n  - {name: x, events: [{at: 1s, link: c1x1-5, action: up}]}", `s.yaml:4: variants[0].events[0].link: "c1x1-5" is not a core link`},
 		{"shared core link names", shared + "events: [{at: 1s, link: c1x1-0, action: down}]", `s.yaml:3: events[0].link: "c1x1-0" is not a core link (core links: core0, core1)`},

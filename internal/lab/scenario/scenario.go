@@ -196,6 +196,11 @@ const (
 	ActDown   Action = "down"
 	ActUp     Action = "up"
 	ActRemove Action = "remove"
+	// ActIfDown and ActIfUp take the client's interface of a path down
+	// (carrier lost, address removed) and bring it back; ActDown and ActUp
+	// are the silent kind, a blackhole the host does not see.
+	ActIfDown Action = "ifdown"
+	ActIfUp   Action = "ifup"
 )
 
 // Event changes a path, or core links, at a time.
@@ -463,19 +468,25 @@ func parsePath(pm *yamlcfg.Map, dir string) *Path {
 			}
 		}
 	}
-	both := ParsePatch(pm, dir)
-	p.Up = both.Apply(linkemu.Params{})
-	p.Down = p.Up
-	if up := pm.Map("up"); up != nil {
-		p.Up = ParsePatch(up, dir).Apply(p.Up)
-		up.Done()
-	}
-	if down := pm.Map("down"); down != nil {
-		p.Down = ParsePatch(down, dir).Apply(p.Down)
-		down.Done()
-	}
+	p.Up, p.Down = parseUpDown(pm, dir)
 	pm.Done()
 	return p
+}
+
+// parseUpDown reads a link's emulation: the keys that apply both ways,
+// then `up:` and `down:` maps that override them per direction.
+func parseUpDown(m *yamlcfg.Map, dir string) (up, down linkemu.Params) {
+	up = ParsePatch(m, dir).Apply(linkemu.Params{})
+	down = up
+	if um := m.Map("up"); um != nil {
+		up = ParsePatch(um, dir).Apply(up)
+		um.Done()
+	}
+	if dm := m.Map("down"); dm != nil {
+		down = ParsePatch(dm, dir).Apply(down)
+		dm.Done()
+	}
+	return up, down
 }
 
 func parseCore(c *yamlcfg.Map, dir string, via []string) *Core {
@@ -888,7 +899,7 @@ func parseEvents(m *yamlcfg.Map, key string, ec *eventContext) []Event {
 				}
 			}
 		}
-		ev.Action = Action(e.Enum("action", "", string(ActSet), string(ActDown), string(ActUp), string(ActRemove)))
+		ev.Action = Action(e.Enum("action", "", string(ActSet), string(ActDown), string(ActUp), string(ActRemove), string(ActIfDown), string(ActIfUp)))
 		ev.Dir = Dir(e.Enum("dir", string(DirBoth), string(DirBoth), string(DirUp), string(DirDown)))
 		hasSet := e.Has("set")
 		set := e.Map("set")
@@ -902,11 +913,13 @@ func parseEvents(m *yamlcfg.Map, key string, ec *eventContext) []Event {
 		case e.Failed("action"), e.Failed("set"):
 			// Reported already.
 		case ev.Action == "":
-			e.Errorf("action", "every event needs an action (valid: set, down, up, remove)")
+			e.Errorf("action", "every event needs an action (valid: set, down, up, remove, ifdown, ifup)")
 		case ev.Action == ActSet && (set == nil || len(set.Keys()) == 0):
 			e.Errorf("set", "a set event needs the keys to change, e.g. set: {rate: 10mbit}")
 		case ev.Action == ActRemove && hasLink && !hasPath:
 			e.Errorf("action", "remove takes a path away (its link and endpoint); core links have no endpoint: take them down (valid for links: set, down, up)")
+		case (ev.Action == ActIfDown || ev.Action == ActIfUp) && hasLink && !hasPath:
+			e.Errorf("action", "%s acts on the client's interface of a path; core links have none: take them down or up (valid for links: set, down, up)", ev.Action)
 		}
 		set.Done()
 		e.Done()

@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strings"
 
-	"mpsteer/internal/lab/linkemu"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -138,17 +137,7 @@ func parseTenants(m *yamlcfg.Map, dir string) *Tenants {
 			lm.Errorf("name", "link name %q is used twice (or is the bridge's)", l.Name)
 		}
 		devs[l.Name] = true
-		both := ParsePatch(lm, dir)
-		l.Up = both.Apply(linkemu.Params{})
-		l.Down = l.Up
-		if up := lm.Map("up"); up != nil {
-			l.Up = ParsePatch(up, dir).Apply(l.Up)
-			up.Done()
-		}
-		if down := lm.Map("down"); down != nil {
-			l.Down = ParsePatch(down, dir).Apply(l.Down)
-			down.Done()
-		}
+		l.Up, l.Down = parseUpDown(lm, dir)
 		lm.Done()
 		t.Links = append(t.Links, l)
 	}

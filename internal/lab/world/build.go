@@ -19,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
 )
@@ -348,33 +349,45 @@ func (w *World) routes() error {
 		if err != nil {
 			return err
 		}
-		route := &netlink.Route{Dst: toIPNet(rt.Dst), Table: rt.Table}
-		var idx []int
-		for _, d := range rt.Devs {
-			l, err := h.LinkByName(d)
-			if err != nil {
-				h.Close()
-				return fmt.Errorf("host %s: route via %s: %w", rt.Host, d, err)
-			}
-			idx = append(idx, l.Attrs().Index)
-		}
-		if len(idx) == 1 {
-			route.LinkIndex = idx[0]
-			if rt.Via.IsValid() {
-				route.Gw = net.IP(rt.Via.AsSlice())
-			} else {
-				route.Scope = netlink.SCOPE_LINK
-			}
-		} else {
-			for _, i := range idx {
-				route.MultiPath = append(route.MultiPath, &netlink.NexthopInfo{LinkIndex: i})
-			}
-		}
-		err = h.RouteAdd(route)
+		err = addRoute(h, rt, false)
 		h.Close()
 		if err != nil {
-			return fmt.Errorf("host %s: route %s via %v (table %d): %w", rt.Host, rt.Dst, rt.Devs, rt.Table, err)
+			return err
 		}
+	}
+	return nil
+}
+
+// addRoute installs one route of the plan (replace: whether or not it is
+// there already).
+func addRoute(h *netlink.Handle, rt Route, replace bool) error {
+	route := &netlink.Route{Dst: toIPNet(rt.Dst), Table: rt.Table}
+	var idx []int
+	for _, d := range rt.Devs {
+		l, err := h.LinkByName(d)
+		if err != nil {
+			return fmt.Errorf("host %s: route via %s: %w", rt.Host, d, err)
+		}
+		idx = append(idx, l.Attrs().Index)
+	}
+	if len(idx) == 1 {
+		route.LinkIndex = idx[0]
+		if rt.Via.IsValid() {
+			route.Gw = net.IP(rt.Via.AsSlice())
+		} else {
+			route.Scope = netlink.SCOPE_LINK
+		}
+	} else {
+		for _, i := range idx {
+			route.MultiPath = append(route.MultiPath, &netlink.NexthopInfo{LinkIndex: i})
+		}
+	}
+	add := h.RouteAdd
+	if replace {
+		add = h.RouteReplace
+	}
+	if err := add(route); err != nil {
+		return fmt.Errorf("host %s: route %s via %v (table %d): %w", rt.Host, rt.Dst, rt.Devs, rt.Table, err)
 	}
 	return nil
 }
@@ -385,7 +398,15 @@ func (w *World) configureMPTCP() error {
 		if err != nil {
 			return err
 		}
-		err = c.SetLimits(w.Limits)
+		lim := w.Limits
+		if h := w.Host(Client); role == Server && h != nil && h.PathManager == scenario.PMUserspace {
+			// A daemon (or mptcpd) opens the client's subflows and decides
+			// how many; the server accepts what the kernel allows (prefer
+			// probes a failed path with fresh joins while the subflow it
+			// replaces is still counted).
+			lim.Subflows = MaxEndpoints
+		}
+		err = c.SetLimits(lim)
 		if err == nil {
 			err = w.addEndpoints(c, role)
 		}

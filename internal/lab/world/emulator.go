@@ -64,6 +64,10 @@ type DirState struct {
 	Down   bool               `json:"down"`
 	Stats  linkemu.Stats      `json:"stats"`
 	Ups    []linkemu.UpRecord `json:"ups,omitempty"`
+	// Origin is when the schedules started (the emulator's clock, as are
+	// the times in Ups): Ups[i].UpAt - Origin is the link-up's time into
+	// the transfer.
+	Origin time.Duration `json:"origin_ns,omitempty"`
 }
 
 type emuLink struct {
@@ -370,7 +374,7 @@ func (e *emulator) handle(req Request, resp *Response) error {
 		for i, d := range []*linkemu.Direction{l.up, l.down} {
 			var ds DirState
 			d.With(func(p *linkemu.Pipe) {
-				ds = DirState{Params: p.Params().String(), Down: p.Down(now), Stats: p.Stats(), Ups: p.Ups()}
+				ds = DirState{Params: p.Params().String(), Down: p.Down(now), Stats: p.Stats(), Ups: p.Ups(), Origin: p.Origin()}
 			})
 			if i == 0 {
 				st.Up = ds

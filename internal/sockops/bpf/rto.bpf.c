@@ -2,12 +2,18 @@
 // Caps the retransmission timeout of MPTCP subflows whose local address is
 // in the rto_max map (the prefer policy's faster loss recovery: the paper
 // stops the RTO from doubling on the preferred path; the kernel's own tool
-// is TCP_RTO_MAX_MS, which a sockops program may set per socket).
+// is TCP_RTO_MAX_MS, which a sockops program may set per socket), and sets
+// the SYN timeout of joining subflows (MP_JOIN) whose local address is in
+// the syn_rto map (the prefer policy's probes of a path that went silent:
+// the kernel retransmits a SYN at this interval, tcp_syn_linear_timeouts
+// times, before it backs off; a probe gets 127 retries and a backoff
+// capped at a second, so that it probes for as long as the path is silent).
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
 #define SOL_TCP 6
+#define TCP_SYNCNT 7
 #define TCP_RTO_MAX_MS 44
 #define AF_INET 2
 #define AF_INET6 10
@@ -24,7 +30,14 @@ struct {
 	__type(value, __u32); // RTO max in milliseconds
 } rto_max SEC(".maps");
 
-enum { STAT_SEEN, STAT_MPTCP, STAT_SET, STAT_FAILED, STAT_MAX };
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct addr_key);
+	__type(value, __u32); // SYN timeout in jiffies
+} syn_rto SEC(".maps");
+
+enum { STAT_SEEN, STAT_MPTCP, STAT_SET, STAT_FAILED, STAT_SYN, STAT_MAX };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -43,13 +56,62 @@ static __always_inline void count(__u32 i)
 		__sync_fetch_and_add(v, 1);
 }
 
+static __always_inline int local_key(struct bpf_sock_ops *skops, struct addr_key *key)
+{
+	key->family = skops->family;
+	if (skops->family == AF_INET) {
+		key->addr[0] = skops->local_ip4;
+	} else if (skops->family == AF_INET6) {
+		key->addr[0] = skops->local_ip6[0];
+		key->addr[1] = skops->local_ip6[1];
+		key->addr[2] = skops->local_ip6[2];
+		key->addr[3] = skops->local_ip6[3];
+	} else {
+		return -1;
+	}
+	return 0;
+}
+
+// syn_timeout answers BPF_SOCK_OPS_TIMEOUT_INIT: the SYN timeout of a
+// joining subflow from an address in syn_rto (its connection is
+// established: the first subflow of a connection keeps the default), or
+// -1 for the kernel's default.
+static __always_inline int syn_timeout(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return -1;
+	struct mptcp_sock *msk = bpf_skc_to_mptcp_sock(sk);
+	if (!msk)
+		return -1;
+	if (BPF_CORE_READ(msk, sk.icsk_inet.sk.__sk_common.skc_state) != 1 /* TCP_ESTABLISHED */)
+		return -1;
+	struct addr_key key = {};
+	if (local_key(skops, &key))
+		return -1;
+	__u32 *j = bpf_map_lookup_elem(&syn_rto, &key);
+	if (!j || !*j)
+		return -1;
+	// A probe keeps probing: the most SYN retries the kernel allows, and
+	// its backoff capped at a second (TCP_RTO_MAX_MS cannot go lower).
+	int retries = 127, rto_max_ms = 1000;
+	bpf_setsockopt(skops, SOL_TCP, TCP_SYNCNT, &retries, sizeof(retries));
+	bpf_setsockopt(skops, SOL_TCP, TCP_RTO_MAX_MS, &rto_max_ms, sizeof(rto_max_ms));
+	count(STAT_SYN);
+	return *j;
+}
+
 SEC("sockops")
 int mpsteer_rto(struct bpf_sock_ops *skops)
 {
+	if (netns_cookie && bpf_get_netns_cookie(skops) != netns_cookie)
+		return 1; // a reply of 0 keeps the kernel's SYN timeout
+	if (skops->op == BPF_SOCK_OPS_TIMEOUT_INIT) {
+		skops->reply = syn_timeout(skops);
+		return 1;
+	}
 	if (skops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
 	    skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
-		return 1;
-	if (netns_cookie && bpf_get_netns_cookie(skops) != netns_cookie)
 		return 1;
 	count(STAT_SEEN);
 	struct bpf_sock *sk = skops->sk;
@@ -62,17 +124,8 @@ int mpsteer_rto(struct bpf_sock_ops *skops)
 	count(STAT_MPTCP);
 
 	struct addr_key key = {};
-	key.family = skops->family;
-	if (skops->family == AF_INET) {
-		key.addr[0] = skops->local_ip4;
-	} else if (skops->family == AF_INET6) {
-		key.addr[0] = skops->local_ip6[0];
-		key.addr[1] = skops->local_ip6[1];
-		key.addr[2] = skops->local_ip6[2];
-		key.addr[3] = skops->local_ip6[3];
-	} else {
+	if (local_key(skops, &key))
 		return 1;
-	}
 	__u32 *ms = bpf_map_lookup_elem(&rto_max, &key);
 	if (!ms)
 		return 1;
