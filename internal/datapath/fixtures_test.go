@@ -406,7 +406,7 @@ func TestSetBackupInsertsMPPrio(t *testing.T) {
 }
 
 // fixChecksums recomputes the checksums of a frame built by hand.
-func fixChecksums(t *testing.T, b []byte) {
+func fixChecksums(t testing.TB, b []byte) {
 	t.Helper()
 	ip := b[14:]
 	var seg, pseudo []byte

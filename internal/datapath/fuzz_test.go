@@ -85,7 +85,7 @@ func FuzzChain(f *testing.F) {
 
 // withRawOptions rebuilds a frame with exactly these option bytes (which
 // gopacket would normalise), fixing lengths and checksums.
-func withRawOptions(t *testing.T, frame, opts []byte) []byte {
+func withRawOptions(t testing.TB, frame, opts []byte) []byte {
 	t.Helper()
 	v6 := frame[12] == 0x86
 	l3 := 14
@@ -129,31 +129,7 @@ func TestRandomOptionsKeepPacketsValid(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	changed := 0
 	for i := 0; i < 200000; i++ {
-		opts := make([]byte, rng.IntN(41))
-		for j := range opts {
-			// Bias towards option kinds and lengths that parse.
-			switch rng.IntN(4) {
-			case 0:
-				opts[j] = 30
-			case 1:
-				opts[j] = byte(rng.IntN(41))
-			default:
-				opts[j] = byte(rng.Uint32())
-			}
-		}
-		for len(opts)%4 != 0 {
-			opts = append(opts, 0)
-		}
-		v6 := rng.IntN(2) == 0
-		a, b := v4a, v4b
-		if v6 {
-			a, b = v6a, v6b
-		}
-		p := ack(v6, a, b)
-		if rng.IntN(3) == 0 {
-			p.payload = make([]byte, rng.IntN(200))
-		}
-		in := withRawOptions(t, build(t, p), opts)
+		in, opts, _ := randomOptionsPacket(t, rng)
 		out := make([]byte, len(in)+64)
 		run := &ebpf.RunOptions{Data: in, DataOut: out}
 		ret, err := prog.Run(run)
@@ -175,4 +151,35 @@ func TestRandomOptionsKeepPacketsValid(t *testing.T) {
 	if changed == 0 {
 		t.Fatal("no packet was changed: the property was never exercised")
 	}
+}
+
+// randomOptionsPacket is an IPv4 or IPv6 ACK (a third with a payload)
+// whose TCP options are random bytes biased towards kinds and lengths
+// that parse (MPTCP's kind 30, lengths up to 40), padded to 4 bytes: the
+// frame, its options, and whether it is IPv6.
+func randomOptionsPacket(t testing.TB, rng *rand.Rand) (pkt, opts []byte, v6 bool) {
+	opts = make([]byte, rng.IntN(41))
+	for j := range opts {
+		switch rng.IntN(4) {
+		case 0:
+			opts[j] = 30
+		case 1:
+			opts[j] = byte(rng.IntN(41))
+		default:
+			opts[j] = byte(rng.Uint32())
+		}
+	}
+	for len(opts)%4 != 0 {
+		opts = append(opts, 0)
+	}
+	v6 = rng.IntN(2) == 0
+	a, b := v4a, v4b
+	if v6 {
+		a, b = v6a, v6b
+	}
+	p := ack(v6, a, b)
+	if rng.IntN(3) == 0 {
+		p.payload = make([]byte, rng.IntN(200))
+	}
+	return withRawOptions(t, build(t, p), opts), opts, v6
 }

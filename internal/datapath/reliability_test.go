@@ -43,30 +43,7 @@ func TestRandomTruncatedPackets(t *testing.T) {
 			t.Fatalf("%q → %q: %v", c.sel, c.act, err)
 		}
 		for i := 0; i < per; i++ {
-			opts := make([]byte, rng.IntN(41))
-			for j := range opts {
-				switch rng.IntN(4) {
-				case 0:
-					opts[j] = 30
-				case 1:
-					opts[j] = byte(rng.IntN(41))
-				default:
-					opts[j] = byte(rng.Uint32())
-				}
-			}
-			for len(opts)%4 != 0 {
-				opts = append(opts, 0)
-			}
-			v6 := rng.IntN(2) == 0
-			a, b := v4a, v4b
-			if v6 {
-				a, b = v6a, v6b
-			}
-			p := ack(v6, a, b)
-			if rng.IntN(3) == 0 {
-				p.payload = make([]byte, rng.IntN(200))
-			}
-			in := withRawOptions(t, build(t, p), opts)
+			in, opts, v6 := randomOptionsPacket(t, rng)
 			l3 := 14
 			l4 := l3 + 20
 			if v6 {
