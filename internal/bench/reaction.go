@@ -81,7 +81,7 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 	defer cl.Close()
 
 	// A slow tick: what is measured is the reaction to events.
-	d, err := startDaemon(binary, h.Client, fmt.Sprintf("interval: 1s\npolicies:\n  - {name: prefer, paths: [%s]}\n", h.ClientAddr(1)))
+	d, err := startDaemon(binary, h.Client, fmt.Sprintf("interval: 1s\npolicies:\n  - {name: prefer, paths: [%s], open_subflows: false}\n", h.ClientAddr(1)))
 	if err != nil {
 		return nil, err
 	}

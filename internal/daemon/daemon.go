@@ -55,6 +55,10 @@ type Daemon struct {
 	// subflow joined as backup (policy.Requirements.JoinBackup) waits
 	// for the sample that gives its RTT before it may carry anything.
 	sampleNow chan struct{}
+	// joinBackup: a policy wants subflows to join as backup (the last
+	// requirements synced; the event path must not ask the policies,
+	// which may resolve interfaces).
+	joinBackup bool
 
 	pmc     *pm.Client
 	sampler *observe.Sampler
@@ -86,6 +90,7 @@ type Daemon struct {
 	// What the last round saw and decided.
 	lastSubflows []observe.Subflow // every state
 	lastConns    map[uint32]observe.Conn
+	lastSampled  time.Time // when lastSubflows were sampled
 	lastPlan     policy.Plan
 	// outcomes of the lifecycle actions since the last snapshot: the next
 	// one carries them to the policies.
@@ -316,6 +321,7 @@ func (d *Daemon) chooseActuator(via string, state *stateFile) backupActuator {
 
 func (d *Daemon) tick() {
 	defer d.ops.roundDone(time.Now())
+	ifaces.invalidate() // interfaces as they are now (snapshot.go)
 	sfs, err := d.sampler.Subflows()
 	if err != nil {
 		d.log.Printf("sample: %v", err)
@@ -332,15 +338,17 @@ func (d *Daemon) tick() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.checkWorld(now)
-	d.lastSubflows, d.lastConns = sfs, conns
+	d.lastSubflows, d.lastConns, d.lastSampled = sfs, conns, now
 	d.scope.sync() // a service's cgroup that came or went (appscope.go)
 	snap := d.snapshot(now, sfs, conns)
+	snap.Sampled = now
 	plan := d.engine.Decide(snap)
 	d.lastPlan = plan
-	backups := d.act.Apply(plan.Backup, established(sfs), true)
+	est := established(sfs)
+	backups := d.act.Apply(plan.Backup, est, true)
 	d.checkSoon(backups)
 	d.record(backups...)
-	d.record(d.rates.Apply(plan.Limits, established(sfs), true)...)
+	d.record(d.rates.Apply(plan.Limits, est, true)...)
 	d.applyLifecycle(plan.Lifecycle, snap, now)
 	d.syncRequirements()
 	// Forget what belongs to connections that are gone.
@@ -401,6 +409,7 @@ func outcomeRecord(o policy.Outcome) api.ActionRecord {
 // policies require.
 func (d *Daemon) syncRequirements() {
 	req := d.engine.Requirements()
+	d.joinBackup = req.JoinBackup
 	d.syncHealth(req) // health.go
 	if ea, ok := d.act.(*endpointActuator); ok {
 		ea.joinBackup = req.JoinBackup
@@ -448,21 +457,48 @@ func (d *Daemon) record(acts ...api.ActionRecord) {
 	}
 }
 
+// maxEventBatch bounds the events decided for at once (a flood of events
+// still gets decisions along the way).
+const maxEventBatch = 10000
+
 func (d *Daemon) eventLoop(l *pm.EventListener) {
-	for {
-		evs, err := l.Receive()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "closed") {
-				return
+	// One goroutine reads (each read is one netlink message, mostly one
+	// event), counts and tracks the events; this one decides. What arrived
+	// while it decided is taken as one batch, decided for once: a ramp-up
+	// of N joins does not cost N decisions over every connection.
+	batches := make(chan []pm.Event, 4096)
+	go func() {
+		defer close(batches)
+		for {
+			evs, err := l.Receive()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "closed") {
+					return
+				}
+				d.log.Printf("events: %v", err)
+				continue
 			}
-			d.log.Printf("events: %v", err)
-			continue
+			for _, ev := range evs {
+				d.ops.event(ev) // metrics, monitor
+				d.tracker.Handle(ev)
+			}
+			batches <- evs
 		}
-		for _, ev := range evs {
-			d.ops.event(ev) // metrics, monitor
-			d.tracker.Handle(ev)
-			d.react(ev)
+	}()
+	for evs := range batches {
+	drain:
+		for len(evs) < maxEventBatch {
+			select {
+			case more, ok := <-batches:
+				if !ok {
+					break drain
+				}
+				evs = append(evs, more...)
+			default:
+				break drain
+			}
 		}
+		d.react(evs)
 	}
 }
 
@@ -510,32 +546,73 @@ func (d *Daemon) track(ev pm.Event) bool {
 	return false
 }
 
-// react decides right away for the connection of an event (a subflow that
-// came up or went, a connection established, an address announced),
-// without waiting for the next sample.
-func (d *Daemon) react(ev pm.Event) {
+// react decides right away for the connections of a batch of events (a
+// subflow that came up or went, a connection established, an address
+// announced), without waiting for the next sample: the policies decide
+// once over the whole snapshot, and what they want is applied for the
+// events' connections.
+func (d *Daemon) react(evs []pm.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.track(ev) {
+	var toks []uint32
+	received := map[uint32]time.Time{} // a connection's first event in the batch
+	var now time.Time
+	joined := false
+	for _, ev := range evs {
+		if !d.track(ev) {
+			continue
+		}
+		joined = joined || ev.Type == pm.EventSubEstablished
+		if _, ok := received[ev.Token]; !ok {
+			received[ev.Token] = ev.Received
+			toks = append(toks, ev.Token)
+		}
+		if ev.Received.After(now) {
+			now = ev.Received
+		}
+	}
+	if len(toks) == 0 {
 		return
 	}
-	if ev.Type == pm.EventSubEstablished && d.engine.Requirements().JoinBackup {
+	if joined && d.joinBackup {
 		select {
 		case d.sampleNow <- struct{}{}:
 		default: // one is already due
 		}
 	}
-	d.refreshConn(ev.Token) // a new connection's cgroup (appscope.go)
-	snap := d.snapshot(ev.Received, d.lastSubflows, d.lastConns)
+	for _, tok := range toks {
+		d.refreshConn(tok) // a new connection's cgroup (appscope.go)
+	}
+	snap := d.snapshot(now, d.lastSubflows, d.lastConns)
+	snap.Sampled = d.lastSampled // the figures are the last sample's
 	full := d.engine.Decide(snap)
-	plan := full.ForToken(ev.Token)
-	// Apply what the policies now want for this connection's subflows: a
+	// What the policies now want for these connections' subflows: a
 	// subflow joining can change the others' fate (the preferred path just
 	// arrived: the initial subflow becomes backup).
-	var conn []observe.Subflow
-	for _, o := range established(d.lastSubflows) {
-		if _, ok := plan.Backup[policy.ID(o)]; ok && o.Token == ev.Token {
-			conn = append(conn, o)
+	plans := make(map[uint32]*policy.Plan, len(toks))
+	for _, tok := range toks {
+		p := policy.NewPlan()
+		plans[tok] = &p
+	}
+	for sid, a := range full.Backup {
+		if p := plans[a.Token]; p != nil {
+			p.Backup[sid] = a
+		}
+	}
+	for sid, a := range full.Limits {
+		if p := plans[a.Token]; p != nil {
+			p.Limits[sid] = a
+		}
+	}
+	conns := map[uint32][]observe.Subflow{}
+	for _, o := range d.lastSubflows {
+		if o.State != tcpEstablished {
+			continue
+		}
+		if p := plans[o.Token]; p != nil {
+			if _, ok := p.Backup[policy.ID(o)]; ok {
+				conns[o.Token] = append(conns[o.Token], o)
+			}
 		}
 	}
 	if d.lastPlan.Backup == nil {
@@ -544,25 +621,28 @@ func (d *Daemon) react(ev pm.Event) {
 	if d.lastPlan.Limits == nil {
 		d.lastPlan.Limits = map[policy.SubflowID]policy.Action{}
 	}
-	for sid, a := range plan.Backup {
-		d.lastPlan.Backup[sid] = a
-	}
-	for sid, a := range plan.Limits {
-		d.lastPlan.Limits[sid] = a
-	}
-	acts := d.act.Apply(plan.Backup, conn, false)
-	d.checkSoon(acts)
-	acts = append(acts, d.rates.Apply(plan.Limits, conn, false)...)
-	if len(acts) > 0 {
-		d.reactions = append(d.reactions, time.Since(ev.Received))
-		if n := len(d.reactions); n > 10000 {
-			d.reactions = d.reactions[n-10000:]
+	for _, tok := range toks {
+		plan, conn := plans[tok], conns[tok]
+		for sid, a := range plan.Backup {
+			d.lastPlan.Backup[sid] = a
 		}
+		for sid, a := range plan.Limits {
+			d.lastPlan.Limits[sid] = a
+		}
+		acts := d.act.Apply(plan.Backup, conn, false)
+		d.checkSoon(acts)
+		acts = append(acts, d.rates.Apply(plan.Limits, conn, false)...)
+		if len(acts) > 0 {
+			d.reactions = append(d.reactions, time.Since(received[tok]))
+			if n := len(d.reactions); n > 10000 {
+				d.reactions = d.reactions[n-10000:]
+			}
+		}
+		d.record(acts...)
 	}
-	d.record(acts...)
 	// Lifecycle actions are wanted now, whichever connection they are for
 	// (a policy that asked for them counts them as under way).
-	d.applyLifecycle(full.Lifecycle, snap, ev.Received)
+	d.applyLifecycle(full.Lifecycle, snap, now)
 }
 
 // reload applies a new config, all or nothing: on any error the running

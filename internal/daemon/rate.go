@@ -72,10 +72,8 @@ func limitRecord(id policy.SubflowID, token uint32, r units.Rate, who, reason st
 // lifts the caps nobody decides any more and forgets subflows that are gone.
 func (a *rateActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow, full bool) []api.ActionRecord {
 	var out []api.ActionRecord
-	live := map[policy.SubflowID]bool{}
 	for _, sf := range sfs {
 		id := policy.ID(sf)
-		live[id] = true
 		d, decided := dec[id]
 		cur, capped := a.caps[id]
 		switch {
@@ -97,7 +95,11 @@ func (a *rateActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []obser
 			}
 		}
 	}
-	if full {
+	if full && (len(a.caps) > 0 || a.pacer != nil) {
+		live := make(map[policy.SubflowID]bool, len(sfs))
+		for _, sf := range sfs {
+			live[policy.ID(sf)] = true
+		}
 		for id := range a.caps {
 			if !live[id] {
 				a.forget(id)

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"sort"
+	"sync"
 	"time"
 
 	"mpsteer/internal/observe"
@@ -58,7 +59,66 @@ func Interfaces() map[string][]netip.Addr {
 
 // hostEnv is the policy environment of this host.
 func hostEnv() policy.Env {
-	return policy.Env{Addrs: InterfaceAddrs, Interfaces: Interfaces, PathManager: pathManager()}
+	return policy.Env{Addrs: ifaces.addrs, Interfaces: ifaces.all, PathManager: pathManager()}
+}
+
+// ifaces caches what the policies ask of the namespace's interfaces:
+// they ask on every decision, those between samples (events) included,
+// and a netlink dump of the interfaces and their addresses costs more
+// than a decision (measured: it tripled the reaction to an event). A
+// view lives at most ifaceTTL and is dropped at every sample (tick) and
+// interface or address event.
+var ifaces = &ifaceCache{}
+
+const ifaceTTL = 100 * time.Millisecond
+
+type ifaceCache struct {
+	mu     sync.Mutex
+	at     time.Time
+	list   map[string][]netip.Addr
+	listOK bool
+	byName map[string]ifaceAddrsResult
+}
+
+type ifaceAddrsResult struct {
+	addrs []netip.Addr
+	ok    bool
+}
+
+// fresh drops an expired view; the caller holds mu.
+func (c *ifaceCache) fresh() {
+	if time.Since(c.at) > ifaceTTL {
+		c.list, c.listOK, c.byName, c.at = nil, false, map[string]ifaceAddrsResult{}, time.Now()
+	}
+}
+
+// invalidate drops the view: the next question reads the kernel.
+func (c *ifaceCache) invalidate() {
+	c.mu.Lock()
+	c.at = time.Time{}
+	c.mu.Unlock()
+}
+
+func (c *ifaceCache) all() map[string][]netip.Addr {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fresh()
+	if !c.listOK {
+		c.list, c.listOK = Interfaces(), true
+	}
+	return c.list
+}
+
+func (c *ifaceCache) addrs(name string) ([]netip.Addr, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fresh()
+	r, ok := c.byName[name]
+	if !ok {
+		r.addrs, r.ok = InterfaceAddrs(name)
+		c.byName[name] = r
+	}
+	return r.addrs, r.ok
 }
 
 // Env is the policy environment of this host (interfaces, path manager).
@@ -66,7 +126,13 @@ func Env() policy.Env { return hostEnv() }
 
 // established keeps the subflows that carry data.
 func established(sfs []observe.Subflow) []observe.Subflow {
-	var out []observe.Subflow
+	n := 0
+	for i := range sfs {
+		if sfs[i].State == tcpEstablished {
+			n++
+		}
+	}
+	out := make([]observe.Subflow, 0, n)
 	for _, sf := range sfs {
 		if sf.State == tcpEstablished {
 			out = append(out, sf)
@@ -116,10 +182,26 @@ func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32
 		}
 		return c
 	}
+	// The connections' subflows share one array, each its own part of it
+	// (a part's capacity ends where the next begins): no growing per
+	// connection.
+	counts := map[uint32]int{}
+	total := 0
+	for i := range sfs {
+		if sfs[i].State == tcpEstablished {
+			counts[sfs[i].Token]++
+			total++
+		}
+	}
+	all := make([]observe.Subflow, 0, total)
 	for _, sf := range sfs {
 		switch sf.State {
 		case tcpEstablished:
 			c := get(sf.Token)
+			if c.Subflows == nil {
+				n := counts[sf.Token]
+				c.Subflows, all = all[len(all):len(all):len(all)+n], all[:len(all)+n]
+			}
 			c.Subflows = append(c.Subflows, sf)
 		case tcpSynSent, tcpSynRecv:
 			c := get(sf.Token)

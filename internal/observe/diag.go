@@ -6,6 +6,7 @@
 package observe
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -130,6 +131,10 @@ const (
 	compatReqLen        = 60
 )
 
+// dumpBufferSize is the buffer a sock_diag dump is read into (the kernel's
+// dump datagrams are at most 32 KiB).
+const dumpBufferSize = 64 << 10
+
 // Sampler reads sockets of one network namespace.
 type Sampler struct {
 	c        *netlink.Conn
@@ -139,7 +144,10 @@ type Sampler struct {
 // NewSampler opens a sock_diag socket in the namespace given by the open
 // file descriptor netnsFD (0 = the caller's namespace).
 func NewSampler(netnsFD int) (*Sampler, error) {
-	c, err := netlink.Dial(unix.NETLINK_INET_DIAG, &netlink.Config{NetNS: netnsFD})
+	// A fixed receive buffer: without one, every datagram of a dump is
+	// peeked at for its size first (two system calls and a new buffer per
+	// datagram). The kernel's dump datagrams are at most 32 KiB.
+	c, err := netlink.Dial(unix.NETLINK_INET_DIAG, &netlink.Config{NetNS: netnsFD, MessageBufferSize: dumpBufferSize})
 	if err != nil {
 		return nil, fmt.Errorf("sock_diag: %w", err)
 	}
@@ -282,52 +290,109 @@ func parseSubflow(b []byte) (Subflow, bool) {
 	sf.Local, sf.Remote = parseAddrs(b)
 	sf.Cookie = uint64(binary.NativeEndian.Uint32(b[44:])) | uint64(binary.NativeEndian.Uint32(b[48:]))<<32
 	isMPTCP := false
-	ad, err := netlink.NewAttributeDecoder(b[diagMsgLen:])
-	if err != nil {
-		return sf, false
-	}
-	for ad.Next() {
-		switch ad.Type() {
+	// The attributes are read in place (a sample reads one message per
+	// socket: netlink.AttributeDecoder's copies were most of its garbage),
+	// by the decoder's rules.
+	ok := walkAttrs(b[diagMsgLen:], func(typ uint16, v []byte) bool {
+		switch typ {
 		case inetDiagInfo:
-			fillTCPInfo(&sf, ad.Bytes())
+			fillTCPInfo(&sf, v)
 		case inetDiagCong:
-			sf.CC = ad.String()
+			sf.CC = ccName(v)
 		case inetDiagCgroupID:
-			sf.CgroupID = cgroupID(ad.Bytes())
+			sf.CgroupID = cgroupID(v)
 		case inetDiagULPInfo:
-			ad.Nested(func(nad *netlink.AttributeDecoder) error {
-				for nad.Next() {
-					switch nad.Type() {
-					case ulpInfoName:
-						isMPTCP = nad.String() == "mptcp"
-					case ulpInfoMPTCP:
-						nad.Nested(func(mad *netlink.AttributeDecoder) error {
-							for mad.Next() {
-								switch mad.Type() {
-								case sfAttrTokenLoc:
-									sf.Token = mad.Uint32()
-								case sfAttrTokenRem:
-									sf.RemoteToken = mad.Uint32()
-								case sfAttrFlags:
-									sf.MPFlags = mad.Uint32()
-								case sfAttrIDLoc:
-									sf.LocalID = mad.Uint8()
-								case sfAttrIDRem:
-									sf.RemoteID = mad.Uint8()
-								}
-							}
-							return nil
-						})
-					}
+			return walkAttrs(v, func(typ uint16, v []byte) bool {
+				switch typ {
+				case ulpInfoName:
+					isMPTCP = string(bytes.TrimRight(v, "\x00")) == "mptcp"
+				case ulpInfoMPTCP:
+					return walkAttrs(v, func(typ uint16, v []byte) bool {
+						var ok bool
+						switch typ {
+						case sfAttrTokenLoc:
+							sf.Token, ok = attrUint32(v)
+						case sfAttrTokenRem:
+							sf.RemoteToken, ok = attrUint32(v)
+						case sfAttrFlags:
+							sf.MPFlags, ok = attrUint32(v)
+						case sfAttrIDLoc:
+							sf.LocalID, ok = attrUint8(v)
+						case sfAttrIDRem:
+							sf.RemoteID, ok = attrUint8(v)
+						default:
+							ok = true
+						}
+						return ok
+					})
 				}
-				return nil
+				return true
 			})
 		}
-	}
+		return true
+	})
 	sf.BackupLocal = sf.MPFlags&FlagBkupLoc != 0
 	sf.BackupRemote = sf.MPFlags&FlagBkupRem != 0
 	sf.MPTCP = isMPTCP
-	return sf, ad.Err() == nil
+	return sf, ok
+}
+
+// walkAttrs calls fn with each netlink attribute of b, its type without
+// the flag bits and its payload (in place: fn must copy what it keeps),
+// by netlink.AttributeDecoder's rules: a zero length is an empty
+// attribute, and b is refused whole if its attributes do not tile it. It
+// reports whether b was well formed and fn took every attribute.
+func walkAttrs(b []byte, fn func(typ uint16, v []byte) bool) bool {
+	const hdr = 4
+	step := func(l int) int { return (max(l, hdr) + 3) &^ 3 }
+	for i := 0; i < len(b); i += step(int(binary.NativeEndian.Uint16(b[i:]))) {
+		if len(b)-i < hdr {
+			return false
+		}
+	}
+	for i := 0; i < len(b); {
+		l := int(binary.NativeEndian.Uint16(b[i:]))
+		typ := binary.NativeEndian.Uint16(b[i+2:]) & attrTypeMask
+		if l > len(b)-i || l != 0 && l < hdr {
+			return false
+		}
+		v := b[i+hdr : i+max(l, hdr)]
+		if !fn(typ, v) {
+			return false
+		}
+		i += step(l)
+	}
+	return true
+}
+
+// attrTypeMask keeps an attribute's type without NLA_F_NESTED and
+// NLA_F_NET_BYTEORDER.
+const attrTypeMask = 0x3fff
+
+func attrUint32(v []byte) (uint32, bool) {
+	if len(v) != 4 {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint32(v), true
+}
+
+func attrUint8(v []byte) (uint8, bool) {
+	if len(v) != 1 {
+		return 0, false
+	}
+	return v[0], true
+}
+
+// ccName is a congestion control's name (NUL-terminated); the common ones
+// without an allocation per socket.
+func ccName(v []byte) string {
+	v = bytes.TrimRight(v, "\x00")
+	for _, n := range [...]string{"cubic", "bbr", "reno", "dctcp"} {
+		if string(v) == n {
+			return n
+		}
+	}
+	return string(v)
 }
 
 // cgroupID reads INET_DIAG_CGROUP_ID (a u64 in host order); 0 when short.

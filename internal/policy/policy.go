@@ -68,7 +68,11 @@ type Conn struct {
 // Snapshot is what policies see: the time, the connections, and what
 // became of the actions applied since the last snapshot.
 type Snapshot struct {
-	Now      time.Time
+	Now time.Time
+	// Sampled is when the subflows' figures were read from the kernel:
+	// Now for a sample's round, the last sample's time when the daemon
+	// decides again between samples (an event). Zero: at Now.
+	Sampled  time.Time
 	Conns    []*Conn
 	Outcomes []Outcome
 }
@@ -189,7 +193,12 @@ type Engine struct {
 
 // Decide runs every policy once and merges their actions into a plan.
 func (e *Engine) Decide(s *Snapshot) Plan {
-	out := NewPlan()
+	n := 0
+	for _, c := range s.Conns {
+		n += len(c.Subflows) + len(c.Pending)
+	}
+	// Sized for a decision per subflow: filled without growing.
+	out := Plan{Backup: make(map[SubflowID]Action, n), Limits: map[SubflowID]Action{}}
 	seen := map[string]bool{}
 	for _, p := range e.Policies {
 		for _, a := range p.Decide(s) {

@@ -71,31 +71,60 @@ type Prefer struct {
 	env          Env
 	conns        map[uint32]*preferConn
 	rtts         map[SubflowID]*rttWindow
+	round        uint64 // Decide's calls, to stamp the RTT windows in use
 	status       PreferStatus
 }
 
-// rttWindow keeps recent SRTT samples of one subflow.
+// rttWindow keeps the smallest of a subflow's SRTT samples over a sliding
+// window. It holds only the samples that can still be the smallest (each
+// smaller than every later one), oldest first: the first is the minimum.
+// It takes one sample per sample of the kernel's figures: deciding again
+// between samples (an event) sees the same figures and adds nothing.
 type rttWindow struct {
-	at   []time.Time
-	srtt []time.Duration
+	s    []rttSample
+	last time.Time // when the figures of the last sample added were sampled
+	// round: the last Decide that saw the subflow.
+	round uint64
 }
 
-func (w *rttWindow) add(now time.Time, srtt, window time.Duration) time.Duration {
-	if srtt > 0 {
-		w.at, w.srtt = append(w.at, now), append(w.srtt, srtt)
-	}
-	i := 0
-	for i < len(w.at)-1 && now.Sub(w.at[i]) > window {
-		i++
-	}
-	w.at, w.srtt = w.at[i:], w.srtt[i:]
-	m := time.Duration(0)
-	for _, v := range w.srtt {
-		if m == 0 || v < m {
-			m = v
+type rttSample struct {
+	at   time.Time
+	srtt time.Duration
+}
+
+// maxRTTSamples bounds a window. More samples are kept only while the SRTT
+// rises sample after sample; beyond this many the oldest go, and the
+// window is that much shorter.
+const maxRTTSamples = 64
+
+// add takes the SRTT sampled at sampled (zero: a new sample at now) and
+// returns the smallest over the window (the latest sample is kept even
+// when older than the window).
+func (w *rttWindow) add(now, sampled time.Time, srtt, window time.Duration) time.Duration {
+	if srtt > 0 && (sampled.IsZero() || sampled.After(w.last)) {
+		at := now
+		if !sampled.IsZero() {
+			at, w.last = sampled, sampled
+		}
+		n := len(w.s)
+		for n > 0 && w.s[n-1].srtt >= srtt {
+			n--
+		}
+		w.s = append(w.s[:n], rttSample{at, srtt})
+		if len(w.s) > maxRTTSamples {
+			n := copy(w.s, w.s[len(w.s)-maxRTTSamples:])
+			w.s = w.s[:n]
 		}
 	}
-	return m
+	i := 0
+	for i < len(w.s)-1 && now.Sub(w.s[i].at) > window {
+		i++
+	}
+	w.s = w.s[i:]
+	if len(w.s) == 0 {
+		return 0
+	}
+	return w.s[0].srtt
 }
 
 type preferConn struct {
@@ -149,6 +178,14 @@ func init() {
 		p.K = m.Float("k", p.K, 1, 100)
 		p.RTOMax = m.Duration("rto_max", p.RTOMax)
 		parseProbe(p, m, env)
+		// Under the userspace path manager prefer opens the subflows
+		// unless something else does (mptcpd, the application, a test).
+		if !m.Bool("open_subflows", p.mesh != nil) && p.mesh != nil {
+			if m.Has("probe_interval") && p.ProbeInterval > 0 {
+				m.Errorf("probe_interval", "probes are subflows prefer opens: with open_subflows: false, set probe_interval: 0s")
+			}
+			p.mesh, p.ProbeInterval = nil, 0
+		}
 		p.RTTWindow = m.Duration("rtt_window", p.RTTWindow)
 		p.MinDelta = m.Duration("min_delta", p.MinDelta)
 		if p.RTOMax != 0 && (p.RTOMax < time.Second || p.RTOMax > 120*time.Second) {
@@ -282,16 +319,20 @@ func (p *Prefer) Decide(s *Snapshot) []Action {
 	rank, resolved := p.ranks()
 	st := PreferStatus{Targets: append([]string(nil), p.targets...), Resolved: resolved, K: p.K}
 	defer func() { p.status = st }()
-	seen := map[uint32]bool{}
-	live := map[SubflowID]bool{}
-	var out []Action
+	seen := make(map[uint32]bool, len(s.Conns))
+	p.round++ // the RTT windows of the subflows seen in it are stamped (rtt)
+	n := 0
+	for _, c := range s.Conns {
+		n += len(c.Subflows)
+	}
+	out := make([]Action, 0, n) // a decision per subflow
+	if len(s.Conns) > 0 {
+		st.Conns = make([]PreferConnStatus, 0, len(s.Conns))
+	}
 	for _, c := range s.Conns {
 		seen[c.Token] = true
-		for _, sf := range c.Subflows {
-			live[ID(sf)] = true
-		}
 		cs := PreferConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
-		out = append(out, p.decideConn(s.Now, c, rank, &cs)...)
+		out = append(out, p.decideConn(s.Now, s.Sampled, c, rank, &cs)...)
 		out = append(out, p.lifecycle(s.Now, c, rank, &cs)...)
 		st.Conns = append(st.Conns, cs)
 	}
@@ -301,16 +342,16 @@ func (p *Prefer) Decide(s *Snapshot) []Action {
 			delete(p.conns, tok)
 		}
 	}
-	for id := range p.rtts {
-		if !live[id] {
-			delete(p.rtts, id)
+	for id, w := range p.rtts {
+		if w.round != p.round {
+			delete(p.rtts, id) // its subflow is gone
 		}
 	}
 	return out
 }
 
 // rtt is the subflow's RTT as the policy judges it (see RTTWindow).
-func (p *Prefer) rtt(now time.Time, sf observe.Subflow) time.Duration {
+func (p *Prefer) rtt(now, sampled time.Time, sf observe.Subflow) time.Duration {
 	if p.RTTWindow <= 0 {
 		return sf.SRTT
 	}
@@ -319,18 +360,19 @@ func (p *Prefer) rtt(now time.Time, sf observe.Subflow) time.Duration {
 		w = &rttWindow{}
 		p.rtts[ID(sf)] = w
 	}
-	return w.add(now, sf.SRTT, p.RTTWindow)
+	w.round = p.round
+	return w.add(now, sampled, sf.SRTT, p.RTTWindow)
 }
 
-func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs *PreferConnStatus) []Action {
+func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr]int, cs *PreferConnStatus) []Action {
 	var pref []observe.Subflow
 	var minRTT time.Duration
-	rtts := map[SubflowID]time.Duration{}
+	rtts := make(map[SubflowID]time.Duration, len(c.Subflows))
 	for _, sf := range c.Subflows {
 		if _, ok := rank[sf.Local.Addr()]; ok {
 			pref = append(pref, sf)
 		}
-		r := p.rtt(now, sf)
+		r := p.rtt(now, sampled, sf)
 		rtts[ID(sf)] = r
 		if r > 0 && (minRTT == 0 || r < minRTT) {
 			minRTT = r
@@ -352,7 +394,7 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		// (the kernel uses a backup subflow when nothing else is usable),
 		// and when the preferred subflow arrives, data moves at once.
 		cs.State = "waiting-for-preferred-subflow"
-		var out []Action
+		out := make([]Action, 0, len(c.Subflows))
 		for _, sf := range c.Subflows {
 			out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: true, Reason: "backup until a preferred subflow joins"})
 		}
@@ -374,7 +416,7 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 		}
 	}
 
-	var out []Action
+	out := make([]Action, 0, len(c.Subflows))
 	decide := func(sf observe.Subflow, backup bool, reason string) {
 		out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: backup, Reason: reason})
 	}
@@ -384,11 +426,12 @@ func (p *Prefer) decideConn(now time.Time, c *Conn, rank map[netip.Addr]int, cs 
 			st.switches++
 		}
 		cs.State, cs.Chosen, cs.Switches = "preferred", ID(*chosen).String(), st.switches
+		others := "backup while preferred subflow " + cs.Chosen + " is viable"
 		for _, sf := range c.Subflows {
 			if ID(sf) == ID(*chosen) {
 				decide(sf, false, "preferred path viable: carries the data")
 			} else {
-				decide(sf, true, "backup while preferred subflow "+ID(*chosen).String()+" is viable")
+				decide(sf, true, others)
 			}
 		}
 		return out

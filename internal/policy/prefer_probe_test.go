@@ -251,3 +251,25 @@ func TestPreferProbeConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestPreferLeavesOpeningSubflowsToOthersWhenAsked(t *testing.T) {
+	env := Env{PathManager: UserspacePM}
+	for src, mesh := range map[string]bool{"name: prefer\npaths: [10.1.0.1]": true, "name: prefer\npaths: [10.1.0.1]\nopen_subflows: false": false} {
+		m, err := yamlcfg.Parse("c.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Build(m, env).(*Prefer)
+		if err := m.Err(); err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		if got := p.mesh != nil && p.ProbeInterval > 0; got != mesh {
+			t.Errorf("%q: opens subflows and probes %v, want %v", src, got, mesh)
+		}
+	}
+	m, _ := yamlcfg.Parse("c.yaml", []byte("name: prefer\npaths: [10.1.0.1]\nopen_subflows: false\nprobe_interval: 100ms"))
+	Build(m, env)
+	if err := m.Err(); err == nil || !strings.Contains(err.Error(), "open_subflows: false") {
+		t.Fatalf("probes without opening subflows: %v, want an error naming open_subflows", err)
+	}
+}

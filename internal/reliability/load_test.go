@@ -50,6 +50,7 @@ func TestLoadSubflows(t *testing.T) {
 	type level struct {
 		Want, Conns, Subflows  int
 		CPUPct, RSSMiB         float64
+		RSSPreScrapeMiB        float64
 		RoundMeanMs, RoundP99  float64
 		UsPerSubflow, Settled  float64
 		ReactionP99Ms, Rounds  float64
@@ -86,6 +87,9 @@ func TestLoadSubflows(t *testing.T) {
 		p0, _ := ReadProc(pid(d))
 		w0 := time.Now()
 		time.Sleep(window)
+		// RSS before the scrape too: building a scrape's per-subflow series
+		// (9 per subflow) takes memory of its own.
+		pre, _ := ReadProc(pid(d))
 		m1 := metricsText(t, w.h.Client)
 		p1, _ := ReadProc(pid(d))
 		el := time.Since(w0)
@@ -111,19 +115,20 @@ func TestLoadSubflows(t *testing.T) {
 			answers = 1
 		}
 		l := level{Want: want, Conns: len(conns), Subflows: int(sfs),
-			CPUPct:        100 * float64(p1.CPUTicks-p0.CPUTicks) / ClockTick / el.Seconds(),
-			RSSMiB:        float64(p1.RSSKiB) / 1024,
-			Rounds:        cnt,
-			RoundMeanMs:   1000 * sum / math.Max(cnt, 1),
-			RoundP99:      1000 * histQuantile(m0, m1, "mpsteer_round_duration_seconds", 0.99),
-			Settled:       settled.Seconds(),
-			ReactionP99Ms: 1000 * summaryQuantile(m1, "mpsteer_reaction_latency_seconds", "0.99"),
-			SampleErrors:  metric(t, m1, "mpsteer_sample_errors_total"),
-			Refused:       refused,
-			DaemonAnswers: answers,
-			Events:        ev1 - ev0,
-			ByEvent:       byEvent,
-			BackupActions: ep1 - ep0,
+			CPUPct:          100 * float64(p1.CPUTicks-p0.CPUTicks) / ClockTick / el.Seconds(),
+			RSSMiB:          float64(p1.RSSKiB) / 1024,
+			RSSPreScrapeMiB: float64(pre.RSSKiB) / 1024,
+			Rounds:          cnt,
+			RoundMeanMs:     1000 * sum / math.Max(cnt, 1),
+			RoundP99:        1000 * histQuantile(m0, m1, "mpsteer_round_duration_seconds", 0.99),
+			Settled:         settled.Seconds(),
+			ReactionP99Ms:   1000 * summaryQuantile(m1, "mpsteer_reaction_latency_seconds", "0.99"),
+			SampleErrors:    metric(t, m1, "mpsteer_sample_errors_total"),
+			Refused:         refused,
+			DaemonAnswers:   answers,
+			Events:          ev1 - ev0,
+			ByEvent:         byEvent,
+			BackupActions:   ep1 - ep0,
 		}
 		l.UsPerSubflow = 1000 * l.RoundMeanMs / math.Max(sfs, 1)
 		t.Logf("level %d: %+v", want, l)
@@ -144,7 +149,7 @@ func TestLoadSubflows(t *testing.T) {
 	measured := map[string]any{}
 	for _, l := range out {
 		measured[fmt.Sprintf("%05d_subflows", l.Want)] = map[string]any{
-			"conns": l.Conns, "subflows": l.Subflows, "cpu_pct_one_core": round2(l.CPUPct), "rss_mib": round2(l.RSSMiB),
+			"conns": l.Conns, "subflows": l.Subflows, "cpu_pct_one_core": round2(l.CPUPct), "rss_mib": round2(l.RSSMiB), "rss_mib_before_scrape": round2(l.RSSPreScrapeMiB),
 			"round_mean_ms": round2(l.RoundMeanMs), "round_p99_ms_le": round2(l.RoundP99), "us_per_subflow": round2(l.UsPerSubflow),
 			"rounds": l.Rounds, "sample_errors": l.SampleErrors, "refused_actions": l.Refused, "ramp_up_s": round2(l.Settled),
 			"pm_events_in_window": l.Events, "pm_events_by_kind": fmt.Sprint(l.ByEvent), "backup_actions_in_window": l.BackupActions,

@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"mpsteer/internal/observe"
+	"mpsteer/internal/policy"
+)
+
+// The snapshot groups interleaved subflows by connection, in the sample's
+// order; the connections' subflows share one array, and a policy that
+// appends to one connection's subflows does not write over another's.
+func TestSnapshotGroupsSubflows(t *testing.T) {
+	d := &Daemon{tracker: observe.NewTracker(), engine: &policy.Engine{}, scope: newAppScope()}
+	sf := func(tok uint32, port uint16, state uint8) observe.Subflow {
+		return observe.Subflow{Token: tok, State: state, MPTCP: true,
+			Local: netip.AddrPortFrom(netip.MustParseAddr("10.1.0.1"), port), Remote: netip.MustParseAddrPort("10.1.0.2:5201")}
+	}
+	sfs := []observe.Subflow{sf(2, 1, tcpEstablished), sf(1, 2, tcpEstablished), sf(2, 3, tcpSynSent), sf(2, 4, tcpEstablished),
+		sf(1, 5, tcpEstablished), sf(3, 6, tcpSynSent), sf(1, 7, 7 /* closed */)}
+	s := d.snapshot(time.Now(), sfs, nil)
+	ports := func(l []observe.Subflow) (out []uint16) {
+		for _, x := range l {
+			out = append(out, x.Local.Port())
+		}
+		return out
+	}
+	want := map[uint32][2]string{1: {"[2 5]", "[]"}, 2: {"[1 4]", "[3]"}, 3: {"[]", "[6]"}}
+	if len(s.Conns) != len(want) {
+		t.Fatalf("%d connections, want %d", len(s.Conns), len(want))
+	}
+	for i, c := range s.Conns {
+		if i > 0 && s.Conns[i-1].Token >= c.Token {
+			t.Fatalf("connections out of order: %d after %d", c.Token, s.Conns[i-1].Token)
+		}
+		got := [2]string{fmt.Sprint(ports(c.Subflows)), fmt.Sprint(ports(c.Pending))}
+		if got != want[c.Token] {
+			t.Fatalf("connection %d: subflows, pending %v, want %v", c.Token, got, want[c.Token])
+		}
+	}
+	s.Conns[0].Subflows = append(s.Conns[0].Subflows, sf(1, 99, tcpEstablished))
+	if got := fmt.Sprint(ports(s.Conns[1].Subflows)); got != "[1 4]" {
+		t.Fatalf("after an append to connection 1's subflows, connection 2's are %s", got)
+	}
+}
