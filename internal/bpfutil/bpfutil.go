@@ -22,3 +22,17 @@ func VerifierDetail(err error) error {
 	}
 	return err
 }
+
+// LoadInNetns loads spec into objs (a bpf2go objects struct) for the
+// network namespace with the given cookie (0: every namespace), which the
+// programs compare through their `netns_cookie` variable.
+func LoadInNetns(spec *ebpf.CollectionSpec, netnsCookie uint64, objs any) error {
+	v, ok := spec.Variables["netns_cookie"]
+	if !ok {
+		return errors.New("the BPF object has no netns_cookie variable")
+	}
+	if err := v.Set(netnsCookie); err != nil {
+		return err
+	}
+	return spec.LoadAndAssign(objs, nil)
+}

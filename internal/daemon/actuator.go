@@ -62,6 +62,10 @@ type endpointActuator struct {
 	joinBackup bool
 	// gate holds back changes the kernel refused (refusals.go).
 	gate retryGate
+	// madeUsable: the last Apply cleared an endpoint's backup flag (not a
+	// resend); a subflow still joining may have missed its MP_PRIO, which
+	// the daemon checks soon (daemon.checkSoon).
+	madeUsable bool
 }
 
 func (a *endpointActuator) Mode() string { return "endpoint" }
@@ -71,6 +75,7 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 	if full {
 		defer a.gate.sweep()
 	}
+	a.madeUsable = false
 	want := map[netip.Addr]bool{}
 	reason := map[netip.Addr]string{}
 	who := map[netip.Addr]string{}
@@ -138,7 +143,8 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 		if !a.gate.ready(key, now) {
 			continue // refused before: not again until its backoff is over
 		}
-		if (ep.Flags&pm.FlagBackup != 0) == backup {
+		resend := (ep.Flags&pm.FlagBackup != 0) == backup
+		if resend {
 			// The endpoint says so, but a subflow may have missed the
 			// MP_PRIO (one that was still joining when the flag changed):
 			// flip the flag off and on to send it again.
@@ -155,6 +161,7 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 		a.state.changed(addr, ep.Flags)
 		err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf})
 		a.gate.done(key, err, now)
+		a.madeUsable = a.madeUsable || !backup && !resend && err == nil
 		act := backupRecord(target, 0, backup, err)
 		act.Policy, act.Reason = who[addr], why
 		acts = append(acts, act)
@@ -173,11 +180,13 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 				continue
 			}
 			joining[e.Addr] = true
-			if e.Flags&pm.FlagBackup != 0 {
+			key := fmt.Sprintf("flags %s %v", e.Addr, true)
+			if e.Flags&pm.FlagBackup != 0 || !a.gate.ready(key, now) {
 				continue
 			}
 			a.state.changed(e.Addr, e.Flags)
 			err := a.c.SetEndpointFlags(pm.Endpoint{ID: e.ID, Addr: e.Addr, Flags: e.Flags | pm.FlagBackup})
+			a.gate.done(key, err, now)
 			act := backupRecord("endpoint "+e.Addr.String(), 0, true, err)
 			act.Reason = "new subflows join as backup until a policy lets them carry"
 			acts = append(acts, act)

@@ -254,25 +254,21 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// checkSoon asks for a sample 20 ms after an endpoint was made usable
-// again: the kernel sends its MP_PRIO only to the subflows that can take
-// it then, and one still joining misses it (the actuator resends it when
-// a sample shows the subflow still backup). Waiting for the next tick
-// would leave a just-joined subflow idle for up to an interval.
-func (d *Daemon) checkSoon(acts []api.ActionRecord) {
-	for _, a := range acts {
-		// (Once: not again after a resend, which the next tick checks.)
-		if a.Backup != nil && !*a.Backup && a.Result == string(policy.Applied) && strings.HasPrefix(a.Target, "endpoint ") &&
-			!strings.Contains(a.Reason, "(resent:") {
-			time.AfterFunc(20*time.Millisecond, func() {
-				select {
-				case d.sampleNow <- struct{}{}:
-				default: // one is already due
-				}
-			})
-			return
-		}
+// checkSoon asks for a sample 20 ms after the actuator made an endpoint
+// usable again: the kernel sends its MP_PRIO only to the subflows that
+// can take it then, and one still joining misses it (the actuator resends
+// it when a sample shows the subflow still backup). Waiting for the next
+// tick would leave a just-joined subflow idle for up to an interval.
+func (d *Daemon) checkSoon() {
+	if ea, ok := d.act.(*endpointActuator); !ok || !ea.madeUsable {
+		return
 	}
+	time.AfterFunc(20*time.Millisecond, func() {
+		select {
+		case d.sampleNow <- struct{}{}:
+		default: // one is already due
+		}
+	})
 }
 
 // timed runs f and returns how long it took and when it ended.
@@ -345,9 +341,8 @@ func (d *Daemon) tick() {
 	plan := d.engine.Decide(snap)
 	d.lastPlan = plan
 	est := established(sfs)
-	backups := d.act.Apply(plan.Backup, est, true)
-	d.checkSoon(backups)
-	d.record(backups...)
+	d.record(d.act.Apply(plan.Backup, est, true)...)
+	d.checkSoon()
 	d.record(d.rates.Apply(plan.Limits, est, true)...)
 	d.applyLifecycle(plan.Lifecycle, snap, now)
 	d.syncRequirements()
@@ -630,7 +625,7 @@ func (d *Daemon) react(evs []pm.Event) {
 			d.lastPlan.Limits[sid] = a
 		}
 		acts := d.act.Apply(plan.Backup, conn, false)
-		d.checkSoon(acts)
+		d.checkSoon()
 		acts = append(acts, d.rates.Apply(plan.Limits, conn, false)...)
 		if len(acts) > 0 {
 			d.reactions = append(d.reactions, time.Since(received[tok]))

@@ -30,11 +30,8 @@ func New(netnsCookie uint64) (*Switcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.Variables["netns_cookie"].Set(netnsCookie); err != nil {
-		return nil, err
-	}
 	s := &Switcher{want: map[uint64]bool{}}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+	if err := bpfutil.LoadInNetns(spec, netnsCookie, &s.objs); err != nil {
 		if errors.Is(err, unix.EPERM) && os.Geteuid() == 0 {
 			return nil, fmt.Errorf("the kernel refused the program that switches applications to MPTCP (an fmod_ret program on update_socket_protocol) even as root: it does not allow BPF trampoline programs (fentry, fexit, fmod_ret), as under some hypervisors: %w", err)
 		}

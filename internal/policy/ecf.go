@@ -57,29 +57,24 @@ func (p *ECF) Status() any {
 }
 
 // peak keeps the largest value seen over a window of time.
-type peak struct {
-	at []time.Time
-	v  []float64
+type peak struct{ e extreme[float64] }
+
+func greater(a, b float64) bool { return a > b }
+
+// add adds v, seen now, and returns the window's largest.
+func (p *peak) add(now time.Time, v float64, window time.Duration) float64 {
+	p.e.push(now, v, greater, 0)
+	p.e.expire(now, window)
+	return p.e.v[0]
 }
 
-func (p *peak) add(now time.Time, v float64, window time.Duration) float64 {
-	// Monotonic deque: the front is the window's maximum.
-	for len(p.v) > 0 && p.v[len(p.v)-1] <= v {
-		p.v, p.at = p.v[:len(p.v)-1], p.at[:len(p.at)-1]
-	}
-	p.v, p.at = append(p.v, v), append(p.at, now)
-	for len(p.at) > 1 && now.Sub(p.at[0]) > window {
-		p.v, p.at = p.v[1:], p.at[1:]
-	}
-	return p.v[0]
-}
+// get is the window's maximum; ok is false when nothing was seen.
+func (p *peak) get() (float64, bool) { return p.e.first() }
 
 // max is the window's maximum (0: nothing seen).
 func (p *peak) max() float64 {
-	if len(p.v) == 0 {
-		return 0
-	}
-	return p.v[0]
+	v, _ := p.get()
+	return v
 }
 
 // baseRTT is a subflow's lowest RTT (its SRTT until the kernel has one).

@@ -81,16 +81,13 @@ type Prefer struct {
 // It takes one sample per sample of the kernel's figures: deciding again
 // between samples (an event) sees the same figures and adds nothing.
 type rttWindow struct {
-	s    []rttSample
+	e    extreme[time.Duration]
 	last time.Time // when the figures of the last sample added were sampled
 	// round: the last Decide that saw the subflow.
 	round uint64
 }
 
-type rttSample struct {
-	at   time.Time
-	srtt time.Duration
-}
+func shorter(a, b time.Duration) bool { return a < b }
 
 // maxRTTSamples bounds a window. More samples are kept only while the SRTT
 // rises sample after sample; beyond this many the oldest go, and the
@@ -106,25 +103,11 @@ func (w *rttWindow) add(now, sampled time.Time, srtt, window time.Duration) time
 		if !sampled.IsZero() {
 			at, w.last = sampled, sampled
 		}
-		n := len(w.s)
-		for n > 0 && w.s[n-1].srtt >= srtt {
-			n--
-		}
-		w.s = append(w.s[:n], rttSample{at, srtt})
-		if len(w.s) > maxRTTSamples {
-			n := copy(w.s, w.s[len(w.s)-maxRTTSamples:])
-			w.s = w.s[:n]
-		}
+		w.e.push(at, srtt, shorter, maxRTTSamples)
 	}
-	i := 0
-	for i < len(w.s)-1 && now.Sub(w.s[i].at) > window {
-		i++
-	}
-	w.s = w.s[i:]
-	if len(w.s) == 0 {
-		return 0
-	}
-	return w.s[0].srtt
+	w.e.expire(now, window)
+	v, _ := w.e.first()
+	return v
 }
 
 type preferConn struct {

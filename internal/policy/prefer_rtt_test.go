@@ -40,8 +40,8 @@ func TestRTTWindowIsTheMinimumOverTheWindow(t *testing.T) {
 		if got != want {
 			t.Fatalf("step %d: min %v, want %v", i, got, want)
 		}
-		if len(w.s) > maxRTTSamples {
-			t.Fatalf("step %d: %d samples kept", i, len(w.s))
+		if len(w.e.v) > maxRTTSamples {
+			t.Fatalf("step %d: %d samples kept", i, len(w.e.v))
 		}
 	}
 }
@@ -57,12 +57,12 @@ func TestRTTWindowOneSamplePerSample(t *testing.T) {
 		// Events after the sample: decided at their time, on its figures.
 		w.add(t0.Add(time.Duration(i)*ms), t0, 10*ms, 5*time.Second)
 	}
-	if len(w.s) != 1 || w.s[0].srtt != 30*ms {
-		t.Fatalf("after decisions on one sample: %+v", w.s)
+	if len(w.e.v) != 1 || w.e.v[0] != 30*ms {
+		t.Fatalf("after decisions on one sample: %+v", w.e.v)
 	}
 	t1 := t0.Add(100 * ms)
-	if got := w.add(t1, t1, 20*ms, 5*time.Second); got != 20*ms || len(w.s) != 1 {
-		t.Fatalf("a new, smaller sample: min %v, %d kept", got, len(w.s))
+	if got := w.add(t1, t1, 20*ms, 5*time.Second); got != 20*ms || len(w.e.v) != 1 {
+		t.Fatalf("a new, smaller sample: min %v, %d kept", got, len(w.e.v))
 	}
 	// Without a sample time every decision is a sample (as before).
 	var v rttWindow
@@ -80,7 +80,7 @@ func TestRTTWindowIsBounded(t *testing.T) {
 		at := t0.Add(time.Duration(i) * time.Millisecond)
 		w.add(at, at, time.Duration(i)*time.Microsecond, time.Hour)
 	}
-	if len(w.s) != maxRTTSamples {
-		t.Fatalf("%d samples kept, want %d", len(w.s), maxRTTSamples)
+	if len(w.e.v) != maxRTTSamples {
+		t.Fatalf("%d samples kept, want %d", len(w.e.v), maxRTTSamples)
 	}
 }

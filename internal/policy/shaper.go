@@ -166,7 +166,6 @@ type shapeSub struct {
 	entryUntil time.Time
 	entryBytes uint64
 	mainBytes  uint64
-	mainSet    bool
 }
 
 // ShapeSubflowStatus is one subflow's numbers and state.
@@ -193,10 +192,10 @@ type ShapeConnStatus struct {
 // capacity is what a subflow has shown it carries: the best it delivered,
 // or cwnd·MSS/SRTT while it has no full second of delivery yet.
 func (s *shapeSub) capacity(sf observe.Subflow) float64 {
-	if len(s.best.v) == 0 {
-		return sf.ThroughputEstimate()
+	if v, ok := s.best.get(); ok {
+		return v
 	}
-	return s.best.v[0]
+	return sf.ThroughputEstimate()
 }
 
 // decideAll decides every connection of a snapshot: the actions and each
@@ -240,18 +239,8 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 				// Known from an event only: its RTT shows with the next
 				// sample (a far path must not carry anything meanwhile).
 				s.why = "joined: aside until its RTT is known"
-			} else if p.nearJoin(st, c, sf) {
-				// As near as the paths in use (by its handshake's RTT): it
-				// enters below, once the main path is known (a short
-				// transfer needs it at once).
-				s.why = "joined near: enters with the main path known"
 			}
-			if s.state == shAside && baseRTT(sf) > 0 && !p.nearJoin(st, c, sf) {
-				// A far joiner's trial stalls the connection for about its
-				// RTT: its first waits FarTrialRTTs of them (a short
-				// transfer never pays for it).
-				s.nextTrial = now.Add(max(p.Retry, time.Duration(p.FarTrialRTTs*float64(baseRTT(sf)))))
-			}
+			// Other joiners are placed below, once the main path is known.
 			st.subs[id] = s
 		}
 		r, full := s.acked.over(now, sf.BytesAcked, time.Second)
@@ -317,8 +306,10 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		ms.state, ms.why = shFree, "main path"
 	}
 
-	// Joiners not yet placed (near ones, and those whose RTT was unknown):
-	// near ones enter, far ones wait for their trial. A near joiner carries
+	// Joiners not yet placed: near ones enter, far ones wait for their
+	// trial (a far joiner's trial stalls the connection for about its
+	// RTT: its first waits FarTrialRTTs of them, so that a short transfer
+	// never pays for it). A near joiner carries
 	// from the start, as MPTCP would have it, and is judged by its share
 	// after its entry period; but one NearerFactor× nearer than a main
 	// path that still warms up waits for the warm-up to end: MPTCP's
@@ -336,8 +327,8 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 					fmtMs(baseRTT(sf)), fmtMs(baseRTT(main)))
 				continue
 			}
-			s.state, s.entryAt, s.entryUntil, s.entryBytes = shEntry, now, now.Add(entryPeriod(sf)), sf.BytesAcked
-			s.mainBytes, s.mainSet = main.BytesAcked, true
+			s.state = shEntry
+			s.startEntry(now, sf, main)
 			s.why = "joined as near as the paths in use: carries while it shows its share"
 		} else {
 			s.nextTrial = now.Add(max(p.Retry, time.Duration(p.FarTrialRTTs*float64(baseRTT(sf)))))
@@ -352,15 +343,10 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		if s.state != shEntry || ID(sf) == mainID {
 			continue
 		}
-		if !s.mainSet {
-			s.mainBytes, s.mainSet = main.BytesAcked, true
-			continue
-		}
 		if sf.Backup() {
 			// The kernel has not made it usable yet (its MP_PRIO is still
 			// to go out): its entry starts when it can carry.
-			s.entryAt, s.entryUntil = now, now.Add(entryPeriod(sf))
-			s.entryBytes, s.mainBytes = sf.BytesAcked, main.BytesAcked
+			s.startEntry(now, sf, main)
 			continue
 		}
 		// Its share: what it carries (bytes over its entry, or what its
@@ -486,6 +472,13 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		cs.Subflows = append(cs.Subflows, ss)
 	}
 	return out, cs
+}
+
+// startEntry starts a near joiner's entry period now: its bytes and the
+// main path's are counted from here.
+func (s *shapeSub) startEntry(now time.Time, sf, main observe.Subflow) {
+	s.entryAt, s.entryUntil = now, now.Add(entryPeriod(sf))
+	s.entryBytes, s.mainBytes = sf.BytesAcked, main.BytesAcked
 }
 
 // flooredRTT is an RTT for comparing paths: under a millisecond, what

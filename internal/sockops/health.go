@@ -86,11 +86,8 @@ func NewHealth(netnsCookie uint64) (*Health, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.Variables["netns_cookie"].Set(netnsCookie); err != nil {
-		return nil, err
-	}
 	h := &Health{hops: map[PathKey]uint8{}}
-	if err := spec.LoadAndAssign(&h.objs, nil); err != nil {
+	if err := bpfutil.LoadInNetns(spec, netnsCookie, &h.objs); err != nil {
 		return nil, fmt.Errorf("load the sockops health program: %w", bpfutil.VerifierDetail(err))
 	}
 	if h.link, err = bpfutil.AttachSockOps(h.objs.MpsteerHealth, "health"); err != nil {

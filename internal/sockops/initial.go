@@ -33,11 +33,8 @@ func NewInitialBinder(netnsCookie uint64) (*InitialBinder, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.Variables["netns_cookie"].Set(netnsCookie); err != nil {
-		return nil, err
-	}
 	b := &InitialBinder{}
-	if err := spec.LoadAndAssign(&b.objs, nil); err != nil {
+	if err := bpfutil.LoadInNetns(spec, netnsCookie, &b.objs); err != nil {
 		return nil, fmt.Errorf("load the connect4 program of avoid_initial: %w", bpfutil.VerifierDetail(err))
 	}
 	root, err := bpfutil.Cgroup2Root()

@@ -42,11 +42,8 @@ func NewPacer(netnsCookie uint64) (*Pacer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.Variables["netns_cookie"].Set(netnsCookie); err != nil {
-		return nil, err
-	}
 	p := &Pacer{want: map[Subflow4]uint64{}}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+	if err := bpfutil.LoadInNetns(spec, netnsCookie, &p.objs); err != nil {
 		return nil, fmt.Errorf("load the sockops rate program: %w", bpfutil.VerifierDetail(err))
 	}
 	if p.link, err = bpfutil.AttachSockOps(p.objs.MpsteerRate, "rate"); err != nil {

@@ -37,11 +37,8 @@ func NewRTOCapper(netnsCookie uint64) (*RTOCapper, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.Variables["netns_cookie"].Set(netnsCookie); err != nil {
-		return nil, err
-	}
 	r := &RTOCapper{want: map[netip.Addr]time.Duration{}, syn: map[netip.Addr]time.Duration{}}
-	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
+	if err := bpfutil.LoadInNetns(spec, netnsCookie, &r.objs); err != nil {
 		return nil, fmt.Errorf("load the sockops RTO program: %w", bpfutil.VerifierDetail(err))
 	}
 	if r.link, err = bpfutil.AttachSockOps(r.objs.MpsteerRto, "RTO"); err != nil {
