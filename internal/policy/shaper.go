@@ -214,6 +214,15 @@ func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
 	return out, status
 }
 
+// carrying is what a subflow carries lately: the median of its 1 s
+// rates over 3 s (before the first, what its window carries per RTT).
+func (s *shapeSub) carrying(sf observe.Subflow) float64 {
+	if len(s.recent.v) == 0 {
+		return sf.ThroughputEstimate()
+	}
+	return s.recent.median()
+}
+
 // shape decides one connection: the actions and its status.
 func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	cs := ShapeConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
@@ -282,8 +291,10 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		return nil, cs
 	}
 
-	// The main path: the one that carried the most (a warming initial
-	// subflow stays it).
+	// The main path: the one that carries the most lately (its median
+	// over 3 s; a warming initial subflow stays it). Not its best of 30 s:
+	// a path that has just turned bad would stay main, and the safety net
+	// would set the good one aside.
 	main := c.Subflows[0]
 	best := -1.0
 	for _, sf := range c.Subflows {
@@ -291,8 +302,8 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		if s.initial && now.Sub(s.seen) < time.Duration(p.WarmupRTTs*float64(max(sf.SRTT, time.Millisecond))) {
 			main, best = sf, math.Inf(1)
 		}
-		if s.state != shAside && s.capacity(sf) > best {
-			main, best = sf, s.capacity(sf)
+		if r := s.carrying(sf); s.state != shAside && r > best {
+			main, best = sf, r
 		}
 	}
 	mainID := ID(main)
@@ -396,11 +407,13 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 			st.below = now
 		}
 		if now.Sub(st.below) >= max(time.Second, 2*main.SRTT) {
+			// The one that delivers least now (its last second).
 			var worst *shapeSub
+			var worstID SubflowID
 			for _, sf := range c.Subflows {
-				s := st.subs[ID(sf)]
-				if ID(sf) != mainID && (s.state == shFree || s.state == shCapped || s.state == shEntry) && (worst == nil || s.capacity(sf) < worst.capacity(sf)) {
-					worst = s
+				s, id := st.subs[ID(sf)], ID(sf)
+				if id != mainID && (s.state == shFree || s.state == shCapped || s.state == shEntry) && (worst == nil || cur[id] < cur[worstID]) {
+					worst, worstID = s, id
 				}
 			}
 			if worst != nil {

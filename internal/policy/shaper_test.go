@@ -291,3 +291,27 @@ func TestShaperJoinBackupIsAKey(t *testing.T) {
 		}
 	}
 }
+
+func TestShaperSetsAsideThePathThatTurnedBadNotTheGoodOne(t *testing.T) {
+	// Two equal paths; at 5 s the joiner's turns lossy: it delivers
+	// little and holds the connection up. Its best rate of the last 30 s
+	// is still the higher one, yet it is what goes aside, never the
+	// initial path.
+	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 20e6, 10 * ms, 0}, pathSim{a2, 21e6, 10 * ms, 0})
+	s.run(50)
+	if b := s.backups[s.id(1)]; b.Backup {
+		t.Fatalf("an equal joiner after 5 s: %+v (%s), want it carrying", b, b.Reason)
+	}
+	s.paths[1].capacity, s.paths[1].harm = 1e6, 0.1
+	aside := false
+	for i := 0; i < 40; i++ {
+		s.run(1)
+		if b := s.backups[s.id(0)]; b.Backup {
+			t.Fatalf("%d ms after the joiner's path turned bad: the initial path was set aside (%s)", 100*(i+1), b.Reason)
+		}
+		aside = aside || s.backups[s.id(1)].Backup
+	}
+	if !aside {
+		t.Fatalf("4 s after its path turned bad the joiner was never set aside: %+v", s.backups[s.id(1)])
+	}
+}
