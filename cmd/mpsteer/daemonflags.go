@@ -8,18 +8,22 @@ import (
 
 // daemonFlags are the daemon's options beyond its config and socket.
 type daemonFlags struct {
-	metrics, stateDir string
-	watch             bool
+	metrics, stateDir, sampler string
+	watch                      bool
+	subflowSeries              int
 }
 
 func (f *daemonFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9863; off by default)")
+	c.Flags().IntVar(&f.subflowSeries, "metrics-subflows", 1000, "per-subflow series (9 each) for at most this many established subflows; -1: every one (totals stay exact; mpsteer_subflow_series_omitted counts the rest)")
 	c.Flags().StringVar(&f.stateDir, "state-dir", "", "where the daemon keeps what it must undo after a crash (default /run/mpsteer)")
 	c.Flags().BoolVar(&f.watch, "watch-config", true, "reload the config when its file changes, as SIGHUP does")
+	c.Flags().StringVar(&f.sampler, "sampler", daemon.SamplerAuto, "how subflows are read each interval: iterator (a BPF iterator over the namespace's TCP sockets), sock_diag (inet_diag dumps), or auto (the iterator where it loads, else sock_diag)")
 }
 
 func (f *daemonFlags) options(o daemon.Options) daemon.Options {
-	o.MetricsAddr, o.StateDir, o.NoWatch = f.metrics, f.stateDir, !f.watch
+	o.MetricsAddr, o.StateDir, o.NoWatch, o.Sampler = f.metrics, f.stateDir, !f.watch, f.sampler
+	o.MetricsSubflows = f.subflowSeries
 	return o
 }
 

@@ -76,33 +76,7 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 		defer a.gate.sweep()
 	}
 	a.madeUsable = false
-	want := map[netip.Addr]bool{}
-	reason := map[netip.Addr]string{}
-	who := map[netip.Addr]string{}
-	for _, sf := range sfs {
-		d, ok := dec[policy.ID(sf)]
-		if !ok {
-			continue
-		}
-		addr := sf.Local.Addr()
-		if prev, seen := want[addr]; seen {
-			want[addr] = prev && d.Backup
-		} else {
-			want[addr] = d.Backup
-		}
-		if reason[addr] == "" || !d.Backup {
-			reason[addr], who[addr] = d.Reason, d.Policy
-		}
-	}
-	// stale: a subflow's own flag disagrees with what its address wants.
-	stale := map[netip.Addr]bool{}
-	for _, sf := range sfs {
-		if w, ok := want[sf.Local.Addr()]; ok {
-			if _, decided := dec[policy.ID(sf)]; decided && sf.BackupLocal != w {
-				stale[sf.Local.Addr()] = true
-			}
-		}
-	}
+	want, reason, who, stale := wantPerAddress(dec, sfs)
 	var acts []api.ActionRecord
 	eps, err := a.c.Endpoints()
 	if err != nil {
@@ -289,7 +263,7 @@ func (a *subflowActuator) set(token uint32, id policy.SubflowID, backup bool, wh
 	if backup {
 		f = pm.FlagBackup
 	}
-	err := a.c.SetSubflowFlags(token, id.Local, id.Remote, f)
+	err := a.c.SetSubflowFlags(token, id.Local.AddrPort(), id.Remote.AddrPort(), f)
 	act := backupRecord(id.String(), token, backup, err)
 	act.Policy, act.Reason = who, reason
 	return act
@@ -392,4 +366,50 @@ func (s *stateFile) save() {
 	if os.WriteFile(tmp, b, 0o600) == nil {
 		os.Rename(tmp, s.path)
 	}
+}
+
+// wantPerAddress folds the per-subflow decisions into one per local
+// address (the flag lives on the address's endpoint): backup only if every
+// decided subflow from it is, with the reason and policy of one that says
+// why; stale marks addresses with a subflow whose own flag disagrees.
+// One pass, the addresses in a short list: it runs over every subflow
+// every round.
+func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow) (want map[netip.Addr]bool, reason, who map[netip.Addr]string, stale map[netip.Addr]bool) {
+	type per struct {
+		addr            netip.Addr
+		backup          bool
+		reason, who     string
+		flagOn, flagOff bool // a decided subflow's own flag
+	}
+	var addrs []per
+	for i := range sfs {
+		sf := &sfs[i]
+		d, ok := dec[policy.ID(*sf)]
+		if !ok {
+			continue
+		}
+		addr := sf.Local.Addr()
+		j := 0
+		for j < len(addrs) && addrs[j].addr != addr {
+			j++
+		}
+		if j == len(addrs) {
+			addrs = append(addrs, per{addr: addr, backup: true})
+		}
+		p := &addrs[j]
+		p.backup = p.backup && d.Backup
+		if p.reason == "" || !d.Backup {
+			p.reason, p.who = d.Reason, d.Policy
+		}
+		p.flagOn = p.flagOn || sf.BackupLocal
+		p.flagOff = p.flagOff || !sf.BackupLocal
+	}
+	want, reason, who, stale = map[netip.Addr]bool{}, map[netip.Addr]string{}, map[netip.Addr]string{}, map[netip.Addr]bool{}
+	for _, p := range addrs {
+		want[p.addr], reason[p.addr], who[p.addr] = p.backup, p.reason, p.who
+		if p.backup && p.flagOff || !p.backup && p.flagOn {
+			stale[p.addr] = true
+		}
+	}
+	return want, reason, who, stale
 }

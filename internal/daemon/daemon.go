@@ -21,6 +21,7 @@ import (
 	"mpsteer/internal/datapath"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
+	"mpsteer/internal/observe/subflowiter"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
 	"mpsteer/internal/sockops"
@@ -34,8 +35,14 @@ type Options struct {
 	Log        io.Writer
 	// MetricsAddr serves Prometheus metrics at /metrics (metrics.go).
 	MetricsAddr string
+	// MetricsSubflows: at most this many established subflows get
+	// per-subflow series; negative: every one.
+	MetricsSubflows int
 	// NoWatch: do not reload the config when its file changes (watch.go).
 	NoWatch bool
+	// Sampler: how subflows are read (sample.go): SamplerAuto (default),
+	// SamplerIterator or SamplerDiag.
+	Sampler string
 }
 
 // Daemon is one running instance (one per network namespace).
@@ -62,6 +69,8 @@ type Daemon struct {
 
 	pmc     *pm.Client
 	sampler *observe.Sampler
+	// iter reads the subflows when it loaded (sample.go); nil: sampler.
+	iter    *subflowiter.Sampler
 	tracker *observe.Tracker
 	act     backupActuator
 	rates   *rateActuator
@@ -89,9 +98,16 @@ type Daemon struct {
 
 	// What the last round saw and decided.
 	lastSubflows []observe.Subflow // every state
-	lastConns    map[uint32]observe.Conn
-	lastSampled  time.Time // when lastSubflows were sampled
-	lastPlan     policy.Plan
+	// spareSubflows: the array of the sample before last, for the next.
+	spareSubflows []observe.Subflow
+	// snapBuf: the array tick's snapshots hold their subflows in, reused.
+	snapBuf     []observe.Subflow
+	lastConns   map[uint32]observe.Conn
+	lastSampled time.Time // when lastSubflows were sampled
+	connsAt     time.Time // when lastConns were sampled
+	lastPlan    policy.Plan
+	sparePlan   policy.Plan // the one before: its maps are reused (tick)
+	freshPlan   policy.Plan // a quiet-aware round's own decisions (quiet.go)
 	// outcomes of the lifecycle actions since the last snapshot: the next
 	// one carries them to the policies.
 	outcomes    []policy.Outcome
@@ -105,6 +121,10 @@ type Daemon struct {
 	// with the kernel's reason (refusals.go).
 	refusedLogged map[string]string
 	reactions     []time.Duration
+	// quiet: what each connection looked like when last decided (quiet.go).
+	quiet quietConns
+	// reactedAt: when the last batch of path-manager events was decided.
+	reactedAt time.Time
 }
 
 // LoadConfig reads and validates a config file.
@@ -150,6 +170,12 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer d.sampler.Close()
+	if err := d.openIterator(o.Sampler); err != nil {
+		return err
+	}
+	if d.iter != nil {
+		defer d.iter.Close()
+	}
 	events, err := pm.ListenEvents(pm.Options{})
 	if err != nil {
 		return err
@@ -231,6 +257,11 @@ func Run(ctx context.Context, o Options) error {
 		case <-tick.C:
 			lastCost, lastEnd = timed(d.tick)
 		case <-ifaceEvents:
+			// Every connection decided again, idle ones too: a path
+			// that went or came changes what they should use.
+			d.mu.Lock()
+			d.quiet.forget()
+			d.mu.Unlock()
 			d.tick()
 		case <-d.sampleNow:
 			// An extra sample (a subflow joined as backup waits for it):
@@ -318,32 +349,58 @@ func (d *Daemon) chooseActuator(via string, state *stateFile) backupActuator {
 func (d *Daemon) tick() {
 	defer d.ops.roundDone(time.Now())
 	ifaces.invalidate() // interfaces as they are now (snapshot.go)
-	sfs, err := d.sampler.Subflows()
+	sampling := time.Now()
+	sfs, err := d.sampleSubflows()
 	if err != nil {
 		d.log.Printf("sample: %v", err)
 		d.ops.sampleError()
 		return
 	}
-	conns := map[uint32]observe.Conn{}
-	if cs, err := d.sampler.Conns(); err == nil {
-		for _, c := range cs {
-			conns[c.Token] = c
-		}
-	}
+	conns := d.sampleConns(sfs)
 	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.checkWorld(now)
+	if d.reactedAt.After(sampling) {
+		// Events handled while the sample was read are newer than it.
+		sfs = carryEvents(sfs, d.lastSubflows)
+	}
+	if d.iter != nil && cap(d.lastSubflows) > 0 {
+		d.spareSubflows = d.lastSubflows[:0]
+	}
 	d.lastSubflows, d.lastConns, d.lastSampled = sfs, conns, now
 	d.scope.sync() // a service's cgroup that came or went (appscope.go)
-	snap := d.snapshot(now, sfs, conns)
+	snap := d.snapshot(now, sfs, conns, &d.snapBuf)
 	snap.Sampled = now
-	plan := d.engine.Decide(snap)
-	d.lastPlan = plan
-	est := established(sfs)
-	d.record(d.act.Apply(plan.Backup, est, true)...)
-	d.checkSoon()
-	d.record(d.rates.Apply(plan.Limits, est, true)...)
+	// The plan before last is filled again: its maps are no one's now.
+	plan, apply := d.sparePlan, true
+	if d.engine.QuietAware() {
+		// Idle, unchanged connections keep their decisions, and while
+		// no decision changes the actuators are not asked again (quiet.go).
+		round := d.quiet.split(snap)
+		d.engine.DecideInto(round, &d.freshPlan)
+		if apply = d.quiet.keep(&d.freshPlan, round); apply {
+			d.quiet.merge(&plan, &d.freshPlan, round)
+			d.sparePlan, d.lastPlan = d.lastPlan, plan
+		}
+		plan.Lifecycle = d.freshPlan.Lifecycle
+	} else {
+		d.quiet.forget()
+		d.engine.DecideInto(snap, &plan)
+		d.sparePlan, d.lastPlan = d.lastPlan, plan
+	}
+	if apply {
+		est := established(sfs)
+		acts := d.act.Apply(d.lastPlan.Backup, est, true)
+		d.checkSoon()
+		acts = append(acts, d.rates.Apply(d.lastPlan.Limits, est, true)...)
+		d.record(acts...)
+		if len(acts) > 0 {
+			// Acted (or resent an MP_PRIO a subflow missed): the next
+			// round looks again whether it took (quiet.go).
+			d.quiet.dirty = true
+		}
+	}
 	d.applyLifecycle(plan.Lifecycle, snap, now)
 	d.syncRequirements()
 	// Forget what belongs to connections that are gone.
@@ -355,6 +412,36 @@ func (d *Daemon) tick() {
 			delete(d.connActions, tok)
 		}
 	}
+}
+
+// carryEvents adds to a sample what path-manager events told after it was
+// read: a subflow that joined (events list it without a socket cookie)
+// and one it shows still joining that an event said is established.
+// Without them the round would undo what the events' decisions did, as
+// if no one decided on those subflows any more.
+func carryEvents(sfs, view []observe.Subflow) []observe.Subflow {
+	est := map[policy.SubflowID]observe.Subflow{}
+	for _, o := range view {
+		if o.State == tcpEstablished {
+			est[policy.ID(o)] = o
+		}
+	}
+	inSample := map[policy.SubflowID]bool{}
+	for i := range sfs {
+		id := policy.ID(sfs[i])
+		inSample[id] = true
+		if o, ok := est[id]; ok && (sfs[i].State == tcpSynSent || sfs[i].State == tcpSynRecv) {
+			sf := &sfs[i]
+			sf.State, sf.LocalID, sf.RemoteID = tcpEstablished, o.LocalID, o.RemoteID
+			sf.Unacked, sf.LastAckRecv, sf.Backoff, sf.CAState = 0, 0, 0, 0
+		}
+	}
+	for _, o := range view {
+		if o.Cookie == 0 && o.State == tcpEstablished && !inSample[policy.ID(o)] {
+			sfs = append(sfs, o)
+		}
+	}
+	return sfs
 }
 
 // applyLifecycle takes the actions other than backup flags and keeps
@@ -549,6 +636,7 @@ func (d *Daemon) track(ev pm.Event) bool {
 func (d *Daemon) react(evs []pm.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.reactedAt = time.Now()
 	var toks []uint32
 	received := map[uint32]time.Time{} // a connection's first event in the batch
 	var now time.Time
@@ -578,7 +666,7 @@ func (d *Daemon) react(evs []pm.Event) {
 	for _, tok := range toks {
 		d.refreshConn(tok) // a new connection's cgroup (appscope.go)
 	}
-	snap := d.snapshot(now, d.lastSubflows, d.lastConns)
+	snap := d.snapshot(now, d.lastSubflows, d.lastConns, nil)
 	snap.Sampled = d.lastSampled // the figures are the last sample's
 	full := d.engine.Decide(snap)
 	// What the policies now want for these connections' subflows: a
@@ -713,6 +801,7 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	}
 	ivChanged := cfg.Interval != d.cfg.Interval
 	d.cfg, d.engine = cfg, engine
+	d.quiet.forget() // the policies may have changed: decide everything
 	d.scope.setMptcpize(cfg.Mptcpize, prepared)
 	d.syncRequirements()
 	if ivChanged {
@@ -735,6 +824,7 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 // applyHint gives the user's hint to the prefer policy, adding one (first,
 // so the user's word wins) when the config has none.
 func (d *Daemon) applyHint(engine *policy.Engine, targets []string) error {
+	d.quiet.forget()
 	p, _ := engine.Get("prefer").(*policy.Prefer)
 	if p == nil {
 		p = policy.NewPrefer(hostEnv())

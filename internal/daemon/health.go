@@ -373,7 +373,7 @@ func (d *Daemon) healthOf(token uint32) []policy.PathHealth {
 // reactHealth decides again for the connections whose reports changed,
 // between samples, as react does for events.
 func (d *Daemon) reactHealth(tokens map[uint32]bool, now time.Time) {
-	snap := d.snapshot(now, d.lastSubflows, d.lastConns)
+	snap := d.snapshot(now, d.lastSubflows, d.lastConns, nil)
 	snap.Sampled = d.lastSampled // the figures are the last sample's
 	full := d.engine.Decide(snap)
 	if d.lastPlan.Backup == nil {

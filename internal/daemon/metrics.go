@@ -15,6 +15,7 @@ import (
 
 	"mpsteer/internal/api"
 	"mpsteer/internal/pm"
+	"mpsteer/internal/policy"
 	"mpsteer/internal/stats"
 )
 
@@ -31,6 +32,11 @@ type metrics struct {
 	d   *Daemon
 	hub *monitorHub
 	reg *prometheus.Registry
+	// subflowSeries: at most this many established subflows get
+	// per-subflow series (9 each) in a scrape; negative: all. Tens of
+	// thousands of series make a scrape cost the daemon more CPU and
+	// memory than a second of its work; the totals stay exact.
+	subflowSeries int
 
 	actions      *prometheus.CounterVec
 	events       *prometheus.CounterVec
@@ -56,6 +62,7 @@ var (
 	descConns    = prometheus.NewDesc("mpsteer_connections", "MPTCP connections in the daemon's last sample.", nil, nil)
 	descSubflows = prometheus.NewDesc("mpsteer_subflows", "Subflows in the daemon's last sample, by state.", []string{"state"}, nil)
 	descJoining  = prometheus.NewDesc("mpsteer_pending_subflows", "Subflows asked for and still joining (SYN sent or received, not yet established).", nil, nil)
+	descOmitted  = prometheus.NewDesc("mpsteer_subflow_series_omitted", "Established subflows without per-subflow series in this scrape (beyond --metrics-subflows).", nil, nil)
 	descOutcomes = prometheus.NewDesc("mpsteer_pending_outcomes", "Outcomes of actions taken that the policies have not seen yet (they get them in their next round).", nil, nil)
 	descMonitors = prometheus.NewDesc("mpsteer_monitor_clients", "Clients of the monitor stream.", nil, nil)
 	descReaction = prometheus.NewDesc("mpsteer_reaction_latency_seconds", "From a path-manager event received to the actions it caused applied (the last 10000).", nil, nil)
@@ -144,7 +151,7 @@ func (m *metrics) round(start, end time.Time, failed bool) {
 // Describe sends the descriptions of the series built at scrape time.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSRTT, descCwnd, descDelivery, descBytesAcked, descBytesRecv, descBytesSent, descRetrans, descBackup,
-		descConns, descSubflows, descJoining, descOutcomes, descMonitors, descReaction, descInterval, descBuild, descDecisions, descPolicy,
+		descConns, descSubflows, descJoining, descOmitted, descOutcomes, descMonitors, descReaction, descInterval, descBuild, descDecisions, descPolicy,
 		descSeen, descSelected, descSelBytes, descModified, descDropped, descSkipped, descChErrors} {
 		ch <- d
 	}
@@ -174,8 +181,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(descInterval, d.cfg.Interval.Seconds())
 	}
 	states := map[string]int{}
-	joining := 0
-	seen := map[string]bool{}
+	joining, omitted := 0, 0
+	seen := map[policy.SubflowID]bool{}
 	for _, sf := range d.lastSubflows {
 		states[stateName(sf.State)]++
 		if sf.State == tcpSynSent || sf.State == tcpSynRecv {
@@ -184,14 +191,17 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		if sf.State != tcpEstablished {
 			continue
 		}
-		l := []string{fmt.Sprintf("%08x", sf.Token), sf.Local.String(), sf.Remote.String()}
 		// The event tracker can add a subflow the sampler also reports:
 		// one series each.
-		if k := l[0] + l[1] + l[2]; seen[k] {
+		if id := policy.ID(sf); seen[id] {
+			continue
+		} else if m.subflowSeries >= 0 && len(seen) >= m.subflowSeries {
+			omitted++
 			continue
 		} else {
-			seen[k] = true
+			seen[id] = true
 		}
+		l := []string{fmt.Sprintf("%08x", sf.Token), sf.Local.String(), sf.Remote.String()}
 		gauge(descSRTT, sf.SRTT.Seconds(), l...)
 		gauge(descCwnd, float64(sf.Cwnd), l...)
 		gauge(descDelivery, float64(sf.DeliveryRate), l...)
@@ -210,6 +220,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(descSubflows, float64(n), s)
 	}
 	gauge(descJoining, float64(joining))
+	gauge(descOmitted, float64(omitted))
 	gauge(descOutcomes, float64(len(d.outcomes)))
 
 	if d.engine != nil {

@@ -39,6 +39,7 @@ type ops struct {
 func newOps(d *Daemon, o Options) *ops {
 	op := &ops{d: d, opts: o, hub: newMonitorHub(), decisions: map[policy.SubflowID]string{}}
 	op.metrics = newMetrics(d, op.hub)
+	op.metrics.subflowSeries = o.MetricsSubflows
 	if iv, err := sdnotify.SdWatchdogEnabled(false); err == nil && iv > 0 {
 		op.watchdog = iv
 	}

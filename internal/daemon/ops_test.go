@@ -35,7 +35,7 @@ func testDaemon(t *testing.T, file, src string) *Daemon {
 	}
 	d := &Daemon{log: log.New(io.Discard, "", 0), cfg: cfg, engine: &policy.Engine{Policies: cfg.Policies},
 		intervalChanged: make(chan struct{}, 1), connActions: map[uint32][]api.ActionRecord{}, warned: map[string]bool{}}
-	d.ops = newOps(d, Options{})
+	d.ops = newOps(d, Options{MetricsSubflows: -1})
 	return d
 }
 
@@ -382,5 +382,25 @@ func TestPeerCheck(t *testing.T) {
 	}
 	if msg := peerRefusal("uid 65534"); !strings.Contains(msg, "answers root only") || !strings.Contains(msg, "uid 65534") {
 		t.Fatalf("refusal %q", msg)
+	}
+}
+
+// Per-subflow series stop at --metrics-subflows; the totals still count
+// every subflow and the gauge says how many went without series.
+func TestMetricsCapPerSubflowSeries(t *testing.T) {
+	d := testDaemon(t, "/c.yaml", "policies: []\n")
+	d.ops.metrics.subflowSeries = 1
+	d.lastSubflows = []observe.Subflow{sf("10.1.0.1:40000", "10.9.0.2:5201", false), sf("10.2.0.1:40001", "10.9.0.2:5201", true)}
+	f := families(t, d.ops.metrics.reg)
+	if n := len(f["mpsteer_subflow_srtt_seconds"]); n != 1 {
+		t.Errorf("%d srtt series, want 1", n)
+	}
+	if o := f["mpsteer_subflow_series_omitted"]; len(o) != 1 || o[0].Gauge.GetValue() != 1 {
+		t.Errorf("omitted %v, want 1", o)
+	}
+	for _, m := range f["mpsteer_subflows"] {
+		if label(m, "state") == "established" && m.Gauge.GetValue() != 2 {
+			t.Errorf("established %v, want 2 (every subflow)", m.Gauge.GetValue())
+		}
 	}
 }

@@ -92,12 +92,12 @@ func (a *lifecycleActuator) apply(act policy.Action, c *policy.Conn) error {
 			}
 			local.IfIndex = int32(ifi.Index)
 		}
-		return a.withID(act.Token, c, act.Subflow.Local, func(id uint8) error {
+		return a.withID(act.Token, c, act.Subflow.Local.AddrPort(), func(id uint8) error {
 			local.ID = id
-			return a.c.SubflowCreate(act.Token, local, act.Subflow.Remote)
+			return a.c.SubflowCreate(act.Token, local, act.Subflow.Remote.AddrPort())
 		})
 	case policy.Destroy:
-		return a.c.SubflowDestroy(act.Token, act.Subflow.Local, act.Subflow.Remote)
+		return a.c.SubflowDestroy(act.Token, act.Subflow.Local.AddrPort(), act.Subflow.Remote.AddrPort())
 	case policy.Announce:
 		return a.withID(act.Token, c, act.Addr, func(id uint8) error {
 			return a.c.Announce(act.Token, pm.Endpoint{ID: id, Addr: act.Addr.Addr(), Port: act.Addr.Port()})

@@ -15,10 +15,10 @@ import (
 // each comes back unsupported, with the reason and the way out.
 func TestLifecycleUnderTheKernelPathManager(t *testing.T) {
 	a := newLifecycleActuator(nil, policy.KernelPM)
-	sf := policy.SubflowID{Local: netip.MustParseAddrPort("10.1.0.1:0"), Remote: netip.MustParseAddrPort("10.1.0.2:80")}
+	sf := policy.NewSubflowID(netip.MustParseAddrPort("10.1.0.1:0"), netip.MustParseAddrPort("10.1.0.2:80"))
 	var acts []policy.Action
 	for _, k := range []policy.Kind{policy.Create, policy.Destroy, policy.Announce, policy.Withdraw} {
-		acts = append(acts, policy.Action{Kind: k, Token: 1, Subflow: sf, Addr: sf.Local, Policy: "fullmesh"})
+		acts = append(acts, policy.Action{Kind: k, Token: 1, Subflow: sf, Addr: sf.Local.AddrPort(), Policy: "fullmesh"})
 	}
 	for _, o := range a.Apply(acts, nil, time.Now()) {
 		if o.Result != policy.Unsupported || !strings.Contains(o.Error, "net.mptcp.path_manager=userspace") {

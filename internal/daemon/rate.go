@@ -106,7 +106,7 @@ func (a *rateActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []obser
 			}
 		}
 		if a.pacer != nil {
-			a.pacer.Forget(func(sf sockops.Subflow4) bool { return live[policy.SubflowID{Local: sf.Local, Remote: sf.Remote}] })
+			a.pacer.Forget(func(sf sockops.Subflow4) bool { return live[policy.NewSubflowID(sf.Local, sf.Remote)] })
 		}
 	}
 	return out
@@ -123,12 +123,12 @@ func (a *rateActuator) set(id policy.SubflowID, r units.Rate) error {
 		}
 		want := map[sockops.Subflow4]uint64{}
 		for oid, st := range a.caps {
-			want[sockops.Subflow4(oid)] = uint64(st.rate.BytesPerSecond())
+			want[subflow4(oid)] = uint64(st.rate.BytesPerSecond())
 		}
 		if r > 0 {
-			want[sockops.Subflow4(id)] = uint64(r.BytesPerSecond())
+			want[subflow4(id)] = uint64(r.BytesPerSecond())
 		} else {
-			delete(want, sockops.Subflow4(id))
+			delete(want, subflow4(id))
 		}
 		return a.pacer.Set(want)
 	}
@@ -218,4 +218,8 @@ func (a *rateActuator) Stats() map[string]uint64 {
 		return nil
 	}
 	return a.pacer.Stats()
+}
+
+func subflow4(id policy.SubflowID) sockops.Subflow4 {
+	return sockops.Subflow4{Local: id.Local.AddrPort(), Remote: id.Remote.AddrPort()}
 }

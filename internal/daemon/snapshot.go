@@ -150,7 +150,10 @@ const (
 // snapshot groups subflows by connection and adds what the kernel's
 // connection counters and the path manager's events say about each; it
 // hands the policies the outcomes of the actions taken since the last one.
-func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32]observe.Conn) *policy.Snapshot {
+//
+// buf, when not nil, is an array to reuse for the subflows (the round's
+// own: tick's, whose last snapshot is no one's when the next is built).
+func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32]observe.Conn, buf *[]observe.Subflow) *policy.Snapshot {
 	by := map[uint32]*policy.Conn{}
 	var order []uint32
 	get := func(tok uint32) *policy.Conn {
@@ -158,7 +161,9 @@ func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32
 		if c == nil {
 			c = &policy.Conn{Token: tok}
 			if dc, ok := conns[tok]; ok {
-				c.Local, c.Remote = dc.Local, dc.Remote
+				if !dc.Remote.Addr().IsUnspecified() { // 0.0.0.0:0 while connecting: unknown
+					c.Local, c.Remote = dc.Local, dc.Remote
+				}
 				c.BytesAcked, c.BytesSent, c.BytesRecv = dc.BytesAcked, dc.BytesSent, dc.BytesRecv
 			}
 			if ev, ok := d.tracker.Conn(tok); ok {
@@ -193,7 +198,15 @@ func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32
 			total++
 		}
 	}
-	all := make([]observe.Subflow, 0, total)
+	var all []observe.Subflow
+	if buf != nil && cap(*buf) >= total {
+		all = (*buf)[:0]
+	} else {
+		all = make([]observe.Subflow, 0, total)
+	}
+	if buf != nil {
+		defer func() { *buf = all }()
+	}
 	for _, sf := range sfs {
 		switch sf.State {
 		case tcpEstablished:

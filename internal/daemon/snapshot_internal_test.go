@@ -21,7 +21,7 @@ func TestSnapshotGroupsSubflows(t *testing.T) {
 	}
 	sfs := []observe.Subflow{sf(2, 1, tcpEstablished), sf(1, 2, tcpEstablished), sf(2, 3, tcpSynSent), sf(2, 4, tcpEstablished),
 		sf(1, 5, tcpEstablished), sf(3, 6, tcpSynSent), sf(1, 7, 7 /* closed */)}
-	s := d.snapshot(time.Now(), sfs, nil)
+	s := d.snapshot(time.Now(), sfs, nil, nil)
 	ports := func(l []observe.Subflow) (out []uint16) {
 		for _, x := range l {
 			out = append(out, x.Local.Port())

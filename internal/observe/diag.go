@@ -298,7 +298,7 @@ func parseSubflow(b []byte) (Subflow, bool) {
 		case inetDiagInfo:
 			fillTCPInfo(&sf, v)
 		case inetDiagCong:
-			sf.CC = ccName(v)
+			sf.CC = CCName(v)
 		case inetDiagCgroupID:
 			sf.CgroupID = cgroupID(v)
 		case inetDiagULPInfo:
@@ -383,9 +383,9 @@ func attrUint8(v []byte) (uint8, bool) {
 	return v[0], true
 }
 
-// ccName is a congestion control's name (NUL-terminated); the common ones
+// CCName is a congestion control's name (NUL-terminated); the common ones
 // without an allocation per socket.
-func ccName(v []byte) string {
+func CCName(v []byte) string {
 	v = bytes.TrimRight(v, "\x00")
 	for _, n := range [...]string{"cubic", "bbr", "reno", "dctcp"} {
 		if string(v) == n {

@@ -115,13 +115,16 @@ func (f *Fullmesh) Decide(s *Snapshot) []Action {
 		}
 		status = append(status, cs)
 	}
+	for tok := range s.Quiet {
+		live[tok] = true
+	}
 	f.open.forget(live)
 	for tok := range f.progress {
 		if !live[tok] {
 			delete(f.progress, tok)
 		}
 	}
-	f.status = status
+	f.status = keepQuiet(s, status, f.status, func(c FullmeshConnStatus) string { return c.Token })
 	return out
 }
 
@@ -179,7 +182,7 @@ func (f *Fullmesh) mesh(now time.Time, c *Conn, locals []localAddr, cs *Fullmesh
 			byPair[pairOf(sf)] = append(byPair[pairOf(sf)], ID(sf))
 		}
 	}
-	initial := SubflowID{c.Local, c.Remote}
+	initial := NewSubflowID(c.Local, c.Remote)
 	for p, ids := range byPair {
 		sort.Slice(ids, func(i, j int) bool { return ids[i].Local.Port() < ids[j].Local.Port() })
 		keep := f.N

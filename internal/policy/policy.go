@@ -16,15 +16,65 @@ import (
 	"mpsteer/internal/yamlcfg"
 )
 
-// SubflowID names a subflow by its addresses and ports.
+// SubflowID names a subflow by its addresses and ports. It is a key of
+// the maps every round fills per subflow (plans, windows, actuators'
+// views), so it is plain bytes: hashed and compared in one go, where
+// netip.AddrPort's hash goes field by field.
 type SubflowID struct {
-	Local, Remote netip.AddrPort
+	Local, Remote Endpoint
 }
 
 func (id SubflowID) String() string { return id.Local.String() + "→" + id.Remote.String() }
 
 // ID returns the identity of a sampled subflow.
-func ID(sf observe.Subflow) SubflowID { return SubflowID{sf.Local, sf.Remote} }
+func ID(sf observe.Subflow) SubflowID { return NewSubflowID(sf.Local, sf.Remote) }
+
+// NewSubflowID is the identity of the subflow between local and remote.
+func NewSubflowID(local, remote netip.AddrPort) SubflowID {
+	return SubflowID{EndpointOf(local), EndpointOf(remote)}
+}
+
+// Endpoint is an address and port (zone-less, IPv4-mapped IPv6 as IPv4)
+// in a form without pointers or padding.
+type Endpoint struct {
+	addr [16]byte
+	port uint16
+	kind uint16 // 0 invalid, 4 IPv4, 6 IPv6
+}
+
+// EndpointOf converts an address and port.
+func EndpointOf(ap netip.AddrPort) Endpoint {
+	a := ap.Addr()
+	switch {
+	case a.Is4() || a.Is4In6(): // As16 gives both the mapped form
+		return Endpoint{addr: a.As16(), port: ap.Port(), kind: 4}
+	case a.Is6():
+		return Endpoint{addr: a.As16(), port: ap.Port(), kind: 6}
+	}
+	return Endpoint{}
+}
+
+// AddrPort is the endpoint as a netip.AddrPort.
+func (e Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.Addr(), e.port) }
+
+// Addr is the endpoint's address (invalid for the zero Endpoint).
+func (e Endpoint) Addr() netip.Addr {
+	switch e.kind {
+	case 4:
+		return netip.AddrFrom16(e.addr).Unmap()
+	case 6:
+		return netip.AddrFrom16(e.addr)
+	}
+	return netip.Addr{}
+}
+
+// Port is the endpoint's port.
+func (e Endpoint) Port() uint16 { return e.port }
+
+// IsValid reports whether the endpoint has an address.
+func (e Endpoint) IsValid() bool { return e.kind != 0 }
+
+func (e Endpoint) String() string { return e.AddrPort().String() }
 
 // Conn is one MPTCP connection and its subflows.
 type Conn struct {
@@ -75,6 +125,58 @@ type Snapshot struct {
 	Sampled  time.Time
 	Conns    []*Conn
 	Outcomes []Outcome
+	// Quiet are connections that exist but are not in Conns this round:
+	// idle (nothing in flight or queued) and unchanged since they were
+	// last decided. Only policies that say they can (QuietAware) get such
+	// rounds; they keep the state of a quiet connection, and the daemon
+	// keeps its last decisions.
+	Quiet map[uint32]bool
+	// QuietSubflows counts the quiet connections' subflows (the plan is
+	// sized for them too: the daemon adds their last decisions).
+	QuietSubflows int
+}
+
+// Live reports whether a connection is in the round: decided (in Conns)
+// or quiet. A policy forgets what it keeps for a connection that is not.
+func (s *Snapshot) Live(decided map[uint32]bool, tok uint32) bool {
+	return decided[tok] || s.Quiet[tok]
+}
+
+// QuietAware is a policy that may be handed rounds without the quiet
+// connections (Snapshot.Quiet): its decisions on an idle, unchanged
+// connection stay right for a while without deciding again.
+type QuietAware interface {
+	SkipsQuiet() bool
+}
+
+// QuietAware reports whether every policy may be handed rounds without
+// the quiet connections.
+func (e *Engine) QuietAware() bool {
+	for _, p := range e.Policies {
+		if q, ok := p.(QuietAware); !ok || !q.SkipsQuiet() {
+			return false
+		}
+	}
+	return len(e.Policies) > 0
+}
+
+// keepQuiet appends to cur the entries of prev (a status of the last
+// round) that belong to quiet connections: a status rebuilt from a round
+// without them keeps showing them.
+func keepQuiet[T any](s *Snapshot, cur, prev []T, token func(T) string) []T {
+	if len(s.Quiet) == 0 {
+		return cur
+	}
+	quiet := make(map[string]bool, len(s.Quiet))
+	for tok := range s.Quiet {
+		quiet[fmt.Sprintf("%08x", tok)] = true
+	}
+	for _, e := range prev {
+		if quiet[token(e)] {
+			cur = append(cur, e)
+		}
+	}
+	return cur
 }
 
 // Policy is one algorithm.
@@ -193,12 +295,29 @@ type Engine struct {
 
 // Decide runs every policy once and merges their actions into a plan.
 func (e *Engine) Decide(s *Snapshot) Plan {
-	n := 0
+	var out Plan
+	e.DecideInto(s, &out)
+	return out
+}
+
+// DecideInto is Decide into out, whose maps are emptied and filled again
+// (a daemon deciding every interval reuses an old plan's: no new maps of
+// thousands of entries per round).
+func (e *Engine) DecideInto(s *Snapshot, out *Plan) {
+	n := s.QuietSubflows
 	for _, c := range s.Conns {
 		n += len(c.Subflows) + len(c.Pending)
 	}
-	// Sized for a decision per subflow: filled without growing.
-	out := Plan{Backup: make(map[SubflowID]Action, n), Limits: map[SubflowID]Action{}}
+	if out.Backup == nil {
+		// Sized for a decision per subflow: filled without growing.
+		out.Backup = make(map[SubflowID]Action, n)
+	}
+	if out.Limits == nil {
+		out.Limits = map[SubflowID]Action{}
+	}
+	clear(out.Backup)
+	clear(out.Limits)
+	out.Lifecycle = out.Lifecycle[:0]
 	seen := map[string]bool{}
 	for _, p := range e.Policies {
 		for _, a := range p.Decide(s) {
@@ -221,7 +340,7 @@ func (e *Engine) Decide(s *Snapshot) Plan {
 			out.Lifecycle = append(out.Lifecycle, a)
 		}
 	}
-	return out
+	return
 }
 
 // Requirements merges every policy's requirements (first policy wins).
@@ -269,3 +388,21 @@ func (e *Engine) Get(name string) Policy {
 func fmtMs(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/1e6) }
 
 func mbit(bps float64) string { return fmt.Sprintf("%.1fMbit/s", bps*8/1e6) }
+
+// MarshalText writes the endpoint as netip.AddrPort does ("" when invalid).
+func (e Endpoint) MarshalText() ([]byte, error) {
+	if !e.IsValid() {
+		return []byte{}, nil
+	}
+	return e.AddrPort().MarshalText()
+}
+
+// UnmarshalText reads what MarshalText writes.
+func (e *Endpoint) UnmarshalText(b []byte) error {
+	var ap netip.AddrPort
+	if err := ap.UnmarshalText(b); err != nil {
+		return err
+	}
+	*e = EndpointOf(ap)
+	return nil
+}

@@ -427,3 +427,33 @@ func paperDynThresh() *DynThresh {
 	d.Mode = "paper"
 	return d
 }
+
+// A round without the quiet connections (Snapshot.Quiet) keeps what
+// prefer knows of them: their state, their RTT windows and their part of
+// the status; a connection neither decided nor quiet is forgotten.
+func TestPreferKeepsQuietConnections(t *testing.T) {
+	p := NewPrefer(Env{})
+	p.SetTargets([]string{"10.2.0.1"})
+	c := &clock{t: time.Unix(0, 0)}
+	two := func(tok uint32, port uint16) *Conn {
+		a, b := sf("10.1.0.1", port, 40*ms, 10), sf("10.2.0.1", port+1, 40*ms, 10)
+		a.Token, b.Token = tok, tok
+		return &Conn{Token: tok, Subflows: []observe.Subflow{a, b}}
+	}
+	p.Decide(&Snapshot{Now: c.t, Conns: []*Conn{two(1, 10), two(2, 20)}})
+	for i := 0; i < 12; i++ { // past the rounds that tidy up
+		c.add(100 * ms)
+		p.Decide(&Snapshot{Now: c.t, Conns: []*Conn{two(1, 10)}, Quiet: map[uint32]bool{2: true}})
+	}
+	st := p.Status().(PreferStatus)
+	if len(st.Conns) != 2 || p.conns[2] == nil || len(p.rtts) != 4 {
+		t.Fatalf("status %d connections, state of 2: %v, %d RTT windows; want 2 connections, 2 kept, 4 windows", len(st.Conns), p.conns[2], len(p.rtts))
+	}
+	for i := 0; i < 10; i++ {
+		c.add(100 * ms)
+		p.Decide(&Snapshot{Now: c.t, Conns: []*Conn{two(1, 10)}, Quiet: map[uint32]bool{}})
+	}
+	if st := p.Status().(PreferStatus); len(st.Conns) != 1 || p.conns[2] != nil || len(p.rtts) != 2 {
+		t.Fatalf("after 2 went: status %d connections, %d RTT windows; want 1 and 2", len(st.Conns), len(p.rtts))
+	}
+}

@@ -73,6 +73,8 @@ type Prefer struct {
 	rtts         map[SubflowID]*rttWindow
 	round        uint64 // Decide's calls, to stamp the RTT windows in use
 	status       PreferStatus
+	// connStatus: each connection's part of the status, as last decided.
+	connStatus map[uint32]PreferConnStatus
 }
 
 // rttWindow keeps the smallest of a subflow's SRTT samples over a sliding
@@ -83,8 +85,9 @@ type Prefer struct {
 type rttWindow struct {
 	e    extreme[time.Duration]
 	last time.Time // when the figures of the last sample added were sampled
-	// round: the last Decide that saw the subflow.
+	// round: the last Decide that saw the subflow; token: its connection.
 	round uint64
+	token uint32
 }
 
 func shorter(a, b time.Duration) bool { return a < b }
@@ -192,7 +195,7 @@ func checkTarget(t string) error {
 // userspace path manager it opens the connection's subflows and probes a
 // stalled preferred path every 100ms.
 func NewPrefer(env Env) *Prefer {
-	p := &Prefer{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, MinDelta: 5 * time.Millisecond, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}}
+	p := &Prefer{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, MinDelta: 5 * time.Millisecond, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}, connStatus: map[uint32]PreferConnStatus{}}
 	if env.PathManager == UserspacePM {
 		// The daemon is the path manager: prefer opens the connection's
 		// subflows, and probes a stalled preferred path (prefer_probe.go).
@@ -309,29 +312,41 @@ func (p *Prefer) Decide(s *Snapshot) []Action {
 		n += len(c.Subflows)
 	}
 	out := make([]Action, 0, n) // a decision per subflow
-	if len(s.Conns) > 0 {
-		st.Conns = make([]PreferConnStatus, 0, len(s.Conns))
-	}
 	for _, c := range s.Conns {
 		seen[c.Token] = true
 		cs := PreferConnStatus{Token: fmt.Sprintf("%08x", c.Token)}
 		out = append(out, p.decideConn(s.Now, s.Sampled, c, rank, &cs)...)
 		out = append(out, p.lifecycle(s.Now, c, rank, &cs)...)
-		st.Conns = append(st.Conns, cs)
+		p.connStatus[c.Token] = cs
 	}
 	out = p.withMesh(s, out)
-	for tok := range p.conns {
-		if !seen[tok] {
-			delete(p.conns, tok)
+	// What belongs to connections and subflows that are gone goes; with
+	// quiet connections in the round (kept, not decided), once in ten
+	// rounds: the walk is over every connection's state.
+	if len(s.Quiet) == 0 || p.round%10 == 0 {
+		for tok := range p.conns {
+			if !s.Live(seen, tok) {
+				delete(p.conns, tok)
+			}
 		}
-	}
-	for id, w := range p.rtts {
-		if w.round != p.round {
-			delete(p.rtts, id) // its subflow is gone
+		for tok := range p.connStatus {
+			if !s.Live(seen, tok) {
+				delete(p.connStatus, tok)
+			}
+		}
+		for id, w := range p.rtts {
+			if w.round != p.round && !s.Quiet[w.token] {
+				delete(p.rtts, id) // its subflow is gone
+			}
 		}
 	}
 	return out
 }
+
+// SkipsQuiet: an idle, unchanged connection keeps its decisions (its
+// subflows' RTTs do not move without traffic; a stall needs data in
+// flight, which makes a connection not quiet).
+func (p *Prefer) SkipsQuiet() bool { return true }
 
 // rtt is the subflow's RTT as the policy judges it (see RTTWindow).
 func (p *Prefer) rtt(now, sampled time.Time, sf observe.Subflow) time.Duration {
@@ -343,20 +358,23 @@ func (p *Prefer) rtt(now, sampled time.Time, sf observe.Subflow) time.Duration {
 		w = &rttWindow{}
 		p.rtts[ID(sf)] = w
 	}
-	w.round = p.round
+	w.round, w.token = p.round, sf.Token
 	return w.add(now, sampled, sf.SRTT, p.RTTWindow)
 }
 
 func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr]int, cs *PreferConnStatus) []Action {
-	var pref []observe.Subflow
+	// The preferred subflows, with the RTT each is judged by.
+	type judged struct {
+		sf  observe.Subflow
+		rtt time.Duration
+	}
+	var pref []judged
 	var minRTT time.Duration
-	rtts := make(map[SubflowID]time.Duration, len(c.Subflows))
 	for _, sf := range c.Subflows {
-		if _, ok := rank[sf.Local.Addr()]; ok {
-			pref = append(pref, sf)
-		}
 		r := p.rtt(now, sampled, sf)
-		rtts[ID(sf)] = r
+		if _, ok := rank[sf.Local.Addr()]; ok {
+			pref = append(pref, judged{sf, r})
+		}
 		if r > 0 && (minRTT == 0 || r < minRTT) {
 			minRTT = r
 		}
@@ -370,7 +388,10 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 		st = &preferConn{since: now}
 		p.conns[c.Token] = st
 	}
-	st.stalled = map[SubflowID]bool{}
+	if st.stalled == nil {
+		st.stalled = map[SubflowID]bool{}
+	}
+	clear(st.stalled)
 	if len(pref) == 0 {
 		// The preferred path has not joined yet (a connection starts on the
 		// route's path). Backup costs nothing while it is the only subflow
@@ -383,21 +404,23 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 		}
 		return out
 	}
-	sort.SliceStable(pref, func(i, j int) bool { return rank[pref[i].Local.Addr()] < rank[pref[j].Local.Addr()] })
+	if len(pref) > 1 {
+		sort.SliceStable(pref, func(i, j int) bool { return rank[pref[i].sf.Local.Addr()] < rank[pref[j].sf.Local.Addr()] })
+	}
 	delta := max(time.Duration(p.K*float64(minRTT)), p.MinDelta)
 	cs.DeltaMs = float64(delta) / 1e6
 
 	var chosen *observe.Subflow
-	stalled := map[SubflowID]bool{}
 	for i := range pref {
-		ok, stall, why := p.viable(pref[i], rtts[ID(pref[i])], delta)
-		cs.Subflows = append(cs.Subflows, fmt.Sprintf("%s preferred #%d: %s", ID(pref[i]), rank[pref[i].Local.Addr()]+1, why))
-		stalled[ID(pref[i])] = stall
-		st.stalled[ID(pref[i])] = stall
+		ok, stall, why := p.viable(pref[i].sf, pref[i].rtt, delta)
+		id := ID(pref[i].sf)
+		cs.Subflows = append(cs.Subflows, fmt.Sprintf("%s preferred #%d: %s", id, rank[pref[i].sf.Local.Addr()]+1, why))
+		st.stalled[id] = stall
 		if ok && chosen == nil {
-			chosen = &pref[i]
+			chosen = &pref[i].sf
 		}
 	}
+	stalled := st.stalled
 
 	out := make([]Action, 0, len(c.Subflows))
 	decide := func(sf observe.Subflow, backup bool, reason string) {
@@ -441,5 +464,11 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 func (p *Prefer) Status() any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.status
+	st := p.status
+	st.Conns = make([]PreferConnStatus, 0, len(p.connStatus))
+	for _, cs := range p.connStatus {
+		st.Conns = append(st.Conns, cs)
+	}
+	sort.Slice(st.Conns, func(i, j int) bool { return st.Conns[i].Token < st.Conns[j].Token })
+	return st
 }

@@ -221,7 +221,7 @@ func (p *Prefer) lifecycle(now time.Time, c *Conn, rank map[netip.Addr]int, cs *
 				why = fmt.Sprintf("%s stalled (no ACK for %s, RTO backoff %d)", ID(est[0]), fmtMs(est[0].LastAckRecv), est[0].Backoff)
 			}
 			out = append(out, Action{Kind: Create, Token: c.Token, Iface: ifaceOf(all, a),
-				Subflow: SubflowID{Local: netip.AddrPortFrom(a, 0), Remote: c.Remote},
+				Subflow: NewSubflowID(netip.AddrPortFrom(a, 0), c.Remote),
 				Reason:  fmt.Sprintf("probe #%d of preferred %s (%s): is the path back?", ps.probes, a, why)})
 		}
 		cs.Probing = append(cs.Probing, fmt.Sprintf("%s: %d probe(s) in %s", a, ps.probes, fmtMs(now.Sub(ps.since))))

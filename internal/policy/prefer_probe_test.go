@@ -76,7 +76,7 @@ func TestPreferProbesASilentPreferredPathAndReturnsWhenItAnswers(t *testing.T) {
 			t.Fatalf("round %d: creations %v with 10 probes under way", i, cr)
 		}
 		for _, a := range cr {
-			if a.Subflow.Local.Addr() != wifiAddr || a.Subflow.Remote != remote || a.Iface != "wifi" {
+			if a.Subflow.Local.Addr() != wifiAddr || a.Subflow.Remote.AddrPort() != remote || a.Iface != "wifi" {
 				t.Fatalf("probe %+v, want one from wifi to the connection's peer", a)
 			}
 			probe := sf("10.1.0.1", uint16(100+i), 0, 10)

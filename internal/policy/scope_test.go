@@ -89,9 +89,9 @@ func TestScopedInTheEngine(t *testing.T) {
 	}}
 	plan := e.Decide(&Snapshot{Now: time.Unix(1, 0), Conns: []*Conn{conn(1, "/backup.service", 1000), conn(2, "/video.service", 2000)}})
 	want := map[SubflowID]string{
-		{netip.AddrPortFrom(cell, 1000), srv}: "backup@/backup.service",
-		{netip.AddrPortFrom(wifi, 1000), srv}: "backup",
-		{netip.AddrPortFrom(wifi, 2000), srv}: "backup",
+		NewSubflowID(netip.AddrPortFrom(cell, 1000), srv): "backup@/backup.service",
+		NewSubflowID(netip.AddrPortFrom(wifi, 1000), srv): "backup",
+		NewSubflowID(netip.AddrPortFrom(wifi, 2000), srv): "backup",
 	}
 	if len(plan.Backup) != len(want) {
 		t.Fatalf("decisions %+v, want %v", plan.Backup, want)

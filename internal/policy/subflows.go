@@ -358,7 +358,7 @@ func (o *opener) observe(now time.Time, c *Conn, outcomes []Outcome, policyName 
 		}
 		switch {
 		case a.Kind == Create && out.Result != Applied:
-			ps := oc.pair(pair{a.Subflow.Local.Addr(), a.Subflow.Remote})
+			ps := oc.pair(pair{a.Subflow.Local.Addr(), a.Subflow.Remote.AddrPort()})
 			if len(ps.inflight) > 0 {
 				ps.inflight = ps.inflight[1:]
 			}
@@ -379,7 +379,7 @@ func (o *opener) observe(now time.Time, c *Conn, outcomes []Outcome, policyName 
 			continue
 		}
 		oc.closed = cl.At
-		if id := (SubflowID{cl.Local, cl.Remote}); oc.destroyed[id] {
+		if id := NewSubflowID(cl.Local, cl.Remote); oc.destroyed[id] {
 			delete(oc.destroyed, id)
 			continue // counted when it was closed
 		}
@@ -440,7 +440,7 @@ func (o *opener) open(now time.Time, c *Conn, p pair, n int, iface, reason strin
 	for i := 0; i < n; i++ {
 		ps.inflight = append(ps.inflight, now)
 		out = append(out, Action{Kind: Create, Token: c.Token, Iface: iface,
-			Subflow: SubflowID{Local: netip.AddrPortFrom(p.Local, 0), Remote: p.Remote}, Reason: reason})
+			Subflow: NewSubflowID(netip.AddrPortFrom(p.Local, 0), p.Remote), Reason: reason})
 	}
 	return out
 }

@@ -1,0 +1,139 @@
+package subflowiter_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/observe"
+	"mpsteer/internal/observe/subflowiter"
+	"mpsteer/internal/pm"
+	"mpsteer/internal/testutil"
+)
+
+// The iterator reports what inet_diag reports, subflow by subflow, on
+// both ends of real MPTCP connections (initial subflows and joins, one
+// join path marked backup so the flags differ), with the counters still:
+// the connections are idle when both samples are taken.
+func TestIteratorMatchesSockDiag(t *testing.T) {
+	testutil.RequireLab(t)
+	h := testutil.TwoHosts(t, 2)
+	c, err := pm.Dial(pm.Options{NetNSName: h.Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetLimits(pm.Limits{Subflows: 2, AddAddrAccepted: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AddEndpoint(pm.Endpoint{Addr: h.ClientAddr(2), Flags: pm.FlagSubflow | pm.FlagBackup}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := pm.Dial(pm.Options{NetNSName: h.Server}); err == nil {
+		s.SetLimits(pm.Limits{Subflows: 2, AddAddrAccepted: 2})
+		s.Close()
+	}
+	var ln net.Listener
+	if err := netnsutil.Do(h.Server, func() error {
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(true)
+		ln, err = lc.Listen(context.Background(), "tcp", "0.0.0.0:5400")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, s); s.Close() }()
+		}
+	}()
+	const conns = 4
+	for i := 0; i < conns; i++ {
+		var cn net.Conn
+		if err := netnsutil.Do(h.Client, func() error {
+			var d net.Dialer
+			d.SetMultipathTCP(true)
+			cn, err = d.Dial("tcp", h.ServerAddr(1).String()+":5400")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer cn.Close()
+		cn.Write(make([]byte, 256<<10))
+	}
+
+	it, err := subflowiter.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for _, ns := range []string{h.Client, h.Server} {
+		diag := testutil.Sampler(t, ns)
+		var fromDiag, fromIter []observe.Subflow
+		// Wait for every join, and for the data to be acknowledged.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			fromDiag, err = diag.Subflows()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(fromDiag) == 2*conns && idle(fromDiag) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := netnsutil.Do(ns, func() error {
+			fromIter, err = it.Subflows(nil)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(fromDiag) != 2*conns || len(fromIter) != len(fromDiag) {
+			t.Fatalf("%s: sock_diag %d subflows, iterator %d (want %d)", ns, len(fromDiag), len(fromIter), 2*conns)
+		}
+		byCookie := map[uint64]observe.Subflow{}
+		for _, sf := range fromDiag {
+			byCookie[sf.Cookie] = sf
+		}
+		backups := 0
+		for _, got := range fromIter {
+			want, ok := byCookie[got.Cookie]
+			if !ok {
+				t.Fatalf("%s: iterator reports cookie %d that sock_diag does not: %+v", ns, got.Cookie, got)
+			}
+			// Ages move between the two reads (jiffies: 4 ms at HZ=250).
+			for _, age := range []*time.Duration{&got.LastDataSent, &got.LastAckRecv} {
+				if d := *age - map[*time.Duration]time.Duration{&got.LastDataSent: want.LastDataSent, &got.LastAckRecv: want.LastAckRecv}[age]; d < 0 || d > time.Second {
+					t.Errorf("%s %v: age differs by %v", ns, got.Local, d)
+				}
+			}
+			got.LastDataSent, got.LastAckRecv = want.LastDataSent, want.LastAckRecv
+			if got != want {
+				t.Errorf("%s: subflow %v→%v\niterator   %+v\nsock_diag  %+v", ns, got.Local, got.Remote, got, want)
+			}
+			if got.Backup() {
+				backups++
+			}
+		}
+		if backups != conns {
+			t.Errorf("%s: %d backup subflows, want %d (the joins)", ns, backups, conns)
+		}
+	}
+}
+
+func idle(sfs []observe.Subflow) bool {
+	for _, sf := range sfs {
+		if sf.Unacked != 0 || sf.NotSent != 0 || sf.SRTT == 0 {
+			return false
+		}
+	}
+	return true
+}
