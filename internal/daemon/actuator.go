@@ -286,6 +286,9 @@ type stateFile struct {
 	S    struct {
 		Original map[netip.Addr]pm.Flags `json:"original_flags"`
 		Owned    map[netip.Addr]uint8    `json:"owned_endpoints"`
+		// NetnsInode is the namespace's inode: a file whose namespace is
+		// gone is removed by the next daemon to start (statefiles.go).
+		NetnsInode uint64 `json:"netns_inode,omitempty"`
 	}
 }
 
@@ -360,6 +363,7 @@ func (s *stateFile) save() {
 		}
 		return
 	}
+	s.S.NetnsInode = ownNetnsInode()
 	b, _ := json.MarshalIndent(s.S, "", "  ")
 	os.MkdirAll(filepath.Dir(s.path), 0o755)
 	tmp := s.path + ".tmp"

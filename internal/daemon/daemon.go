@@ -194,7 +194,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	d.scope.setMptcpize(cfg.Mptcpize, prepared)
 	defer d.scope.close()
-	state := loadState(filepath.Join(o.StateDir, fmt.Sprintf("daemon-netns-%d.json", d.cookie)))
+	statePath := filepath.Join(o.StateDir, fmt.Sprintf("daemon-netns-%d.json", d.cookie))
+	if gone := pruneStateFiles(o.StateDir, statePath); len(gone) > 0 {
+		d.log.Printf("removed %d state file(s) of namespaces that no longer exist: %s", len(gone), strings.Join(gone, ", "))
+	}
+	state := loadState(statePath)
 	if leftovers := state.addrs(); len(leftovers) > 0 {
 		// A previous daemon here was killed: undo what it left behind.
 		d.log.Printf("restoring %d endpoint(s) left by a daemon that did not exit cleanly", len(leftovers))
