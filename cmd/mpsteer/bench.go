@@ -27,7 +27,7 @@ var benchmarks = []benchmark{
 	{"lab-check", "link emulator accuracy (mpsteer lab check)", func(ctx context.Context, _ string) (any, error) {
 		return check.Run(ctx, check.Options{Progress: os.Stderr})
 	}},
-	{"observe", "cost of one inet_diag sample at 10, 1000 and 10000 subflows", func(ctx context.Context, _ string) (any, error) {
+	{"observe", "cost of one sample of every subflow, inet_diag and the BPF iterator side by side, at 10, 1000 and 10000 subflows", func(ctx context.Context, _ string) (any, error) {
 		return bench.Observe(ctx, []int{10, 1000, 10000}, progress)
 	}},
 	{"reaction", "daemon reaction: subflow established → backup flag applied", func(ctx context.Context, _ string) (any, error) {

@@ -16,6 +16,7 @@ import (
 
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
+	"mpsteer/internal/observe/subflowiter"
 	"mpsteer/internal/stats"
 )
 
@@ -28,6 +29,14 @@ type ObserveResult struct {
 	NsPerSubflow   float64 `json:"ns_per_subflow"`
 	AllocBytes     float64 `json:"alloc_bytes_per_sample"`
 	SetupConnsPerS float64 `json:"setup_connections_per_s"`
+	// The BPF iterator the daemon samples with (subflowiter), timed in the
+	// same rounds as sock_diag, alternately.
+	IterMedianUs     float64 `json:"iterator_median_us_per_sample"`
+	IterP90Us        float64 `json:"iterator_p90_us_per_sample"`
+	IterNsPerSubflow float64 `json:"iterator_ns_per_subflow"`
+	IterAllocBytes   float64 `json:"iterator_alloc_bytes_per_sample"`
+	// IterRatio is the iterator's median over sock_diag's.
+	IterRatio float64 `json:"iterator_ratio_to_sock_diag"`
 }
 
 // Observe measures observe.Sampler.Subflows with n MPTCP subflows alive in
@@ -132,23 +141,56 @@ func observeOne(ctx context.Context, n int, progress func(string)) (ObserveResul
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	reps := max(5, min(200, 20000/max(n, 1)))
-	var times []time.Duration
-	var ms0, ms1 runtime.MemStats
-	runtime.ReadMemStats(&ms0)
-	for i := 0; i < reps; i++ {
-		t0 := time.Now()
-		if _, err := s.Subflows(); err != nil {
-			return res, err
-		}
-		times = append(times, time.Since(t0))
+	it, err := subflowiter.New()
+	if err != nil {
+		return res, err
 	}
-	runtime.ReadMemStats(&ms1)
+	defer it.Close()
+	reps := max(5, min(200, 20000/max(n, 1)))
+	var times, iterTimes []time.Duration
+	var diagAlloc, iterAlloc uint64
+	var buf []observe.Subflow
+	// Alternately, in the namespace (the iterator reports its reader's).
+	err = netnsutil.Do(ns, func() error {
+		var ms0, ms1 runtime.MemStats
+		for i := 0; i < reps; i++ {
+			runtime.ReadMemStats(&ms0)
+			t0 := time.Now()
+			if _, err := s.Subflows(); err != nil {
+				return err
+			}
+			times = append(times, time.Since(t0))
+			runtime.ReadMemStats(&ms1)
+			diagAlloc += ms1.TotalAlloc - ms0.TotalAlloc
+			t0 = time.Now()
+			sfs, err := it.Subflows(buf)
+			if err != nil {
+				return err
+			}
+			iterTimes = append(iterTimes, time.Since(t0))
+			runtime.ReadMemStats(&ms0)
+			iterAlloc += ms0.TotalAlloc - ms1.TotalAlloc
+			if len(sfs) < n {
+				return fmt.Errorf("the iterator saw %d of %d subflows", len(sfs), n)
+			}
+			buf = sfs // the daemon reuses its arrays too
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
 	q := stats.Durations(times, 0.5, 0.9)
 	res.Samples = reps
 	res.MedianUs = float64(q[0]) / 1e3
 	res.P90Us = float64(q[1]) / 1e3
 	res.NsPerSubflow = float64(q[0]) / float64(n)
-	res.AllocBytes = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(reps)
+	res.AllocBytes = float64(diagAlloc) / float64(reps)
+	qi := stats.Durations(iterTimes, 0.5, 0.9)
+	res.IterMedianUs = float64(qi[0]) / 1e3
+	res.IterP90Us = float64(qi[1]) / 1e3
+	res.IterNsPerSubflow = float64(qi[0]) / float64(n)
+	res.IterAllocBytes = float64(iterAlloc) / float64(reps)
+	res.IterRatio = float64(qi[0]) / float64(q[0])
 	return res, nil
 }
