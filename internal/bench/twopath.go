@@ -30,9 +30,9 @@ var TwoPathCases = []TwoPathCase{
 	{"rates-long", "100mbit", "30mbit", "10ms", "10ms", "", "10s", 1, "100 and 30 Mbit/s, equal delays, 10 s"},
 	{"delays-long", "100mbit", "100mbit", "5ms", "25ms", "", "10s", 1, "equal rates, 5 and 25 ms, 10 s"},
 	{"both-long", "100mbit", "40mbit", "5ms", "25ms", "", "10s", 1, "100 and 40 Mbit/s, 5 and 25 ms, 10 s"},
-	{"equal-8mib", "100mbit", "100mbit", "10ms", "10ms", "8MiB", "", 3, "equal paths, 8 MiB"},
-	{"rates-8mib", "100mbit", "30mbit", "10ms", "10ms", "8MiB", "", 3, "100 and 30 Mbit/s, equal delays, 8 MiB"},
-	{"delays-8mib", "100mbit", "100mbit", "5ms", "25ms", "8MiB", "", 3, "equal rates, 5 and 25 ms, 8 MiB"},
+	{"equal-8mib", "100mbit", "100mbit", "10ms", "10ms", "8MiB", "", 5, "equal paths, 8 MiB"},
+	{"rates-8mib", "100mbit", "30mbit", "10ms", "10ms", "8MiB", "", 5, "100 and 30 Mbit/s, equal delays, 8 MiB"},
+	{"delays-8mib", "100mbit", "100mbit", "5ms", "25ms", "8MiB", "", 5, "equal rates, 5 and 25 ms, 8 MiB"},
 }
 
 // TwoPathResult is one case's figures (medians over its repeats).

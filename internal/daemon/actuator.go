@@ -62,10 +62,12 @@ type endpointActuator struct {
 	joinBackup bool
 	// gate holds back changes the kernel refused (refusals.go).
 	gate retryGate
-	// madeUsable: the last Apply cleared an endpoint's backup flag (not a
-	// resend); a subflow still joining may have missed its MP_PRIO, which
-	// the daemon checks soon (daemon.checkSoon).
-	madeUsable bool
+	// recheck: the last Apply made an address usable (cleared its flag or
+	// sent the MP_PRIO again), or a subflow whose flag disagrees is still
+	// joining: the kernel sends MP_PRIO only to subflows whose join has
+	// completed (the fourth ACK, an RTT after the event), so the daemon
+	// looks again soon (daemon.checkSoon) and sends it again then.
+	recheck bool
 }
 
 func (a *endpointActuator) Mode() string { return "endpoint" }
@@ -75,8 +77,8 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 	if full {
 		defer a.gate.sweep()
 	}
-	a.madeUsable = false
-	want, reason, who, stale := wantPerAddress(dec, sfs)
+	want, reason, who, stale, stillJoining := wantPerAddress(dec, sfs)
+	a.recheck = stillJoining
 	var acts []api.ActionRecord
 	eps, err := a.c.Endpoints()
 	if err != nil {
@@ -135,7 +137,7 @@ func (a *endpointActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []o
 		a.state.changed(addr, ep.Flags)
 		err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf})
 		a.gate.done(key, err, now)
-		a.madeUsable = a.madeUsable || !backup && !resend && err == nil
+		a.recheck = a.recheck || !backup && err == nil
 		act := backupRecord(target, 0, backup, err)
 		act.Policy, act.Reason = who[addr], why
 		acts = append(acts, act)
@@ -375,15 +377,18 @@ func (s *stateFile) save() {
 // wantPerAddress folds the per-subflow decisions into one per local
 // address (the flag lives on the address's endpoint): backup only if every
 // decided subflow from it is, with the reason and policy of one that says
-// why; stale marks addresses with a subflow whose own flag disagrees.
-// One pass, the addresses in a short list: it runs over every subflow
-// every round.
-func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow) (want map[netip.Addr]bool, reason, who map[netip.Addr]string, stale map[netip.Addr]bool) {
+// why; stale marks addresses with a subflow whose own flag disagrees and
+// whose join has completed (the kernel would send it an MP_PRIO now);
+// joining reports a subflow that disagrees but whose join has not (one
+// sent now would miss it). One pass, the addresses in a short list: it
+// runs over every subflow every round.
+func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow) (want map[netip.Addr]bool, reason, who map[netip.Addr]string, stale map[netip.Addr]bool, joining bool) {
 	type per struct {
 		addr            netip.Addr
 		backup          bool
 		reason, who     string
-		flagOn, flagOff bool // a decided subflow's own flag
+		flagOn, flagOff bool // a decided subflow's own flag (joins completed)
+		joinOn, joinOff bool // the same, joins not completed
 	}
 	var addrs []per
 	for i := range sfs {
@@ -405,6 +410,13 @@ func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflo
 		if p.reason == "" || !d.Backup {
 			p.reason, p.who = d.Reason, d.Policy
 		}
+		// A sampled MP_JOIN subflow whose join has not completed (no
+		// FULLY_ESTABLISHED yet) would miss an MP_PRIO.
+		if sf.Cookie != 0 && sf.MPFlags&observe.FlagJoinLoc != 0 && sf.MPFlags&observe.FlagFullyEst == 0 {
+			p.joinOn = p.joinOn || sf.BackupLocal
+			p.joinOff = p.joinOff || !sf.BackupLocal
+			continue
+		}
 		p.flagOn = p.flagOn || sf.BackupLocal
 		p.flagOff = p.flagOff || !sf.BackupLocal
 	}
@@ -414,6 +426,9 @@ func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflo
 		if p.backup && p.flagOff || !p.backup && p.flagOn {
 			stale[p.addr] = true
 		}
+		if p.backup && p.joinOff || !p.backup && p.joinOn {
+			joining = true
+		}
 	}
-	return want, reason, who, stale
+	return want, reason, who, stale, joining
 }

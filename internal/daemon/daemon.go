@@ -290,13 +290,15 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // checkSoon asks for a sample 20 ms after the actuator made an endpoint
-// usable again: the kernel sends its MP_PRIO only to the subflows that
-// can take it then, and one still joining misses it (the actuator resends
-// it when a sample shows the subflow still backup). Waiting for the next
-// tick would leave a just-joined subflow idle for up to an interval.
-func (d *Daemon) checkSoon() {
-	if ea, ok := d.act.(*endpointActuator); !ok || !ea.madeUsable {
-		return
+// usable again, or while a subflow whose flag must change is still
+// joining: the kernel sends MP_PRIO only to subflows whose join has
+// completed (an RTT after the event), and the actuator sends it again once
+// a sample shows the join complete and the flag still wrong. Waiting for
+// the next tick would leave a just-joined subflow idle for up to an
+// interval. It reports whether it asked.
+func (d *Daemon) checkSoon() bool {
+	if ea, ok := d.act.(*endpointActuator); !ok || !ea.recheck {
+		return false
 	}
 	time.AfterFunc(20*time.Millisecond, func() {
 		select {
@@ -304,6 +306,7 @@ func (d *Daemon) checkSoon() {
 		default: // one is already due
 		}
 	})
+	return true
 }
 
 // timed runs f and returns how long it took and when it ended.
@@ -396,12 +399,12 @@ func (d *Daemon) tick() {
 	if apply {
 		est := established(sfs)
 		acts := d.act.Apply(d.lastPlan.Backup, est, true)
-		d.checkSoon()
+		again := d.checkSoon()
 		acts = append(acts, d.rates.Apply(d.lastPlan.Limits, est, true)...)
 		d.record(acts...)
-		if len(acts) > 0 {
-			// Acted (or resent an MP_PRIO a subflow missed): the next
-			// round looks again whether it took (quiet.go).
+		if len(acts) > 0 || again {
+			// Acted, or an MP_PRIO still has to reach a joining
+			// subflow: the next round looks again (quiet.go).
 			d.quiet.dirty = true
 		}
 	}

@@ -83,6 +83,7 @@ func (q *quietConns) keep(fresh *policy.Plan, round *policy.Snapshot) bool {
 		for _, sf := range c.Subflows {
 			id := policy.ID(sf)
 			h.mix(sf.Cookie)
+			h.mix(uint64(sf.MPFlags)) // backup bits, and a join completing
 			if sf.BackupLocal {
 				h.mix(1)
 			}

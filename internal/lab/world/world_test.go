@@ -85,6 +85,18 @@ func TestWorldCarriesMPTCPOverBothPathsAndGoesAway(t *testing.T) {
 	testutil.RequireLab(t)
 	w := up(t, parse(t, twoPaths), "mptcp", labName(t, "mp"))
 
+	// Each host has a TCP hash of its own, sized for the lab.
+	for _, role := range []string{world.Client, world.Server} {
+		var got string
+		netnsutil.Do(w.Host(role).NetNS, func() error {
+			got, _ = netnsutil.ReadSysctl("net.ipv4.tcp_ehash_entries")
+			return nil
+		})
+		if got != fmt.Sprint(world.HostEhash) {
+			t.Errorf("%s: tcp_ehash_entries %q, want %d (its own)", role, got, world.HostEhash)
+		}
+	}
+
 	// The client's second path is a subflow endpoint; limits allow it.
 	h, err := netnsutil.Open(w.Host(world.Client).NetNS)
 	if err != nil {
