@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,16 +27,27 @@ func ownNetnsInode() uint64 {
 }
 
 // liveNetnsInodes lists the namespaces that exist: every process's and
-// every named one's.
-func liveNetnsInodes() map[uint64]bool {
-	live := map[uint64]bool{}
-	procs, _ := os.ReadDir("/proc")
+// every named one's. complete is false when a daemon that is not root
+// could not read some process's namespace (another user's): then nothing
+// may be taken for gone. Root reads every ordinary process's; what it
+// cannot read (a container's own init, say) is outside anything a daemon
+// runs in.
+func liveNetnsInodes() (live map[uint64]bool, complete bool) {
+	live = map[uint64]bool{}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return live, false
+	}
+	complete = true
 	for _, p := range procs {
 		if _, err := strconv.Atoi(p.Name()); err != nil {
 			continue
 		}
 		link, err := os.Readlink(filepath.Join("/proc", p.Name(), "ns", "net"))
 		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) && os.Geteuid() != 0 { // not an exit in between
+				complete = false
+			}
 			continue
 		}
 		// "net:[4026531840]"
@@ -54,15 +66,17 @@ func liveNetnsInodes() map[uint64]bool {
 			}
 		}
 	}
-	return live
+	return live, complete
 }
 
 // pruneStateFiles removes the state files in dir (other than own) of
 // namespaces that are gone, and returns their names. Files written before
-// the namespace inode was recorded are left alone.
+// the namespace inode was recorded are left alone, and all of them when
+// the daemon cannot see every process's namespace.
 func pruneStateFiles(dir, own string) []string {
 	paths, _ := filepath.Glob(filepath.Join(dir, "daemon-netns-*.json"))
 	var live map[uint64]bool
+	complete := false
 	var removed []string
 	for _, p := range paths {
 		if p == own {
@@ -79,7 +93,10 @@ func pruneStateFiles(dir, own string) []string {
 			continue
 		}
 		if live == nil {
-			live = liveNetnsInodes()
+			live, complete = liveNetnsInodes()
+		}
+		if !complete {
+			return nil
 		}
 		if !live[s.NetnsInode] && os.Remove(p) == nil {
 			removed = append(removed, filepath.Base(p))
