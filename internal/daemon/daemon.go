@@ -252,6 +252,8 @@ func Run(ctx context.Context, o Options) error {
 	d.tick()
 	var lastCost time.Duration // what the last sample took
 	lastEnd := time.Now()      // when it ended
+	// deferred: an extra sample asked for too soon is due (deferredDue).
+	deferred, deferredDue := false, make(chan struct{}, 1)
 	for {
 		select {
 		case <-ctx.Done():
@@ -271,8 +273,18 @@ func Run(ctx context.Context, o Options) error {
 			// An extra sample (a subflow joined as backup waits for it):
 			// not within the last sample's own duration after it ended,
 			// at least 20 ms, so a storm of joins on a large host costs
-			// at most half the daemon's time in extra samples.
-			if since := time.Since(lastEnd); since >= max(20*time.Millisecond, lastCost) {
+			// at most half the daemon's time in extra samples. One asked
+			// for sooner is taken as soon as that allows (not dropped: a
+			// joiner would wait for the next tick).
+			if since, gap := time.Since(lastEnd), max(20*time.Millisecond, lastCost); since >= gap {
+				lastCost, lastEnd = timed(d.tick)
+			} else if !deferred {
+				deferred = true
+				time.AfterFunc(gap-since, func() { deferredDue <- struct{}{} })
+			}
+		case <-deferredDue:
+			deferred = false
+			if time.Since(lastEnd) >= 20*time.Millisecond {
 				lastCost, lastEnd = timed(d.tick)
 			}
 		case <-d.intervalChanged:
