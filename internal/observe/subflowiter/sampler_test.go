@@ -12,6 +12,8 @@ import (
 	"mpsteer/internal/observe/subflowiter"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
+
+	"golang.org/x/sys/unix"
 )
 
 // The iterator reports what inet_diag reports, subflow by subflow, on
@@ -67,6 +69,17 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cn.Close()
+		if i%2 == 0 {
+			// Two congestion controls among the subflows: each reports its own.
+			rc, err := cn.(*net.TCPConn).SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc.Control(func(fd uintptr) { err = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "reno") })
+			if err != nil {
+				t.Fatalf("TCP_CONGESTION reno: %v", err)
+			}
+		}
 		cn.Write(make([]byte, 256<<10))
 	}
 
@@ -122,6 +135,13 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 			if got.Backup() {
 				backups++
 			}
+		}
+		ccs := map[string]int{}
+		for _, sf := range fromIter {
+			ccs[sf.CC]++
+		}
+		if ns == h.Client && len(ccs) != 2 {
+			t.Errorf("%s: congestion controls %v, want two kinds", ns, ccs)
 		}
 		if backups != conns {
 			t.Errorf("%s: %d backup subflows, want %d (the joins)", ns, backups, conns)

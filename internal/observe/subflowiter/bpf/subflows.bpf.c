@@ -73,6 +73,12 @@ struct sf_record {
 	char cc[16];
 };
 
+/* The congestion control's name, read once per ops table: sockets share
+ * a handful of them, and a string read is a helper call. One reader at a
+ * time (the daemon's sampler) runs this program's iterator. */
+static const void *cc_ops;
+static char cc_name[16];
+
 static __always_inline __u32 jiffies_to_usecs(__u64 j)
 {
 	return (__u32)(j * 1000000 / CONFIG_HZ);
@@ -177,7 +183,11 @@ int sample_subflows(struct bpf_iter__tcp *ctx)
 	now = (__u32)bpf_jiffies64();
 	r.last_data_sent_ms = jiffies_to_msecs(now - tp->lsndtime);
 	r.last_ack_recv_ms = jiffies_to_msecs(now - tp->rcv_tstamp);
-	BPF_CORE_READ_STR_INTO(&r.cc, icsk, icsk_ca_ops, name);
+	if (icsk->icsk_ca_ops != cc_ops) {
+		BPF_CORE_READ_STR_INTO(&cc_name, icsk, icsk_ca_ops, name);
+		cc_ops = icsk->icsk_ca_ops;
+	}
+	__builtin_memcpy(r.cc, cc_name, sizeof(r.cc));
 
 	/* subflow_get_info()'s values */
 	r.mp_flags = subflow_flags(sf);
