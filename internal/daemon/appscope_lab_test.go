@@ -145,7 +145,7 @@ func TestPerApplicationPolicyInTheLab(t *testing.T) {
 	if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
 		t.Fatal(err)
 	}
-	if err := dial(t, h.Server).SetLimits(pm.Limits{Subflows: 4}); err != nil {
+	if err := testutil.DialPM(t, h.Server).SetLimits(pm.Limits{Subflows: 4}); err != nil {
 		t.Fatal(err)
 	}
 	cg := newCgroups(t, "app", "other", "srv")

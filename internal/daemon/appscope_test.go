@@ -1,10 +1,8 @@
 package daemon_test
 
 import (
-	"strings"
 	"testing"
 
-	"mpsteer/internal/daemon"
 	"mpsteer/internal/policy"
 )
 
@@ -26,16 +24,5 @@ func TestAppScopeConfigErrorsNameTheKey(t *testing.T) {
 		"mptcpize: [{cgroup: /a}]":                                                                                                                               `mptcpize[0]: a cgroup v2 path from the hierarchy's root`,
 		"mptcpize: yes":                                                                                                                                          `mptcpize[0]: "yes" is not absolute`,
 	}
-	for src, want := range cases {
-		_, err := daemon.ParseConfig("c.yaml", []byte(src), policy.Env{})
-		if want == "" {
-			if err != nil {
-				t.Errorf("%q: %v", src, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: err = %v, want %q", src, err, want)
-		}
-	}
+	checkConfigs(t, policy.Env{}, cases, nil)
 }

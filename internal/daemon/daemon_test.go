@@ -35,10 +35,18 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"persist: bpf/state":                            `persist: "bpf/state" is not an absolute path`,
 		"polices: []":                                   `unknown key "polices"`,
 	}
+	checkConfigs(t, policy.Env{}, cases, nil)
+}
+
+// checkConfigs parses each config (as c.yaml) and checks the error it
+// gives contains the one wanted; "" wants none, and then valid (when not
+// nil) must hold of the config.
+func checkConfigs(t *testing.T, env policy.Env, cases map[string]string, valid func(*daemon.Config) bool) {
+	t.Helper()
 	for src, want := range cases {
-		_, err := daemon.ParseConfig("c.yaml", []byte(src), policy.Env{})
+		cfg, err := daemon.ParseConfig("c.yaml", []byte(src), env)
 		if want == "" {
-			if err != nil {
+			if err != nil || valid != nil && !valid(cfg) {
 				t.Errorf("%q: %v", src, err)
 			}
 			continue
@@ -62,7 +70,7 @@ func newWorld(t *testing.T) *world {
 	h := testutil.TwoHosts(t, 2)
 	w := &world{h: h, dir: t.TempDir()}
 	for _, ns := range []string{h.Client, h.Server} {
-		c := dial(t, ns)
+		c := testutil.DialPM(t, ns)
 		if err := c.SetLimits(pm.Limits{AddAddrAccepted: 2, Subflows: 2}); err != nil {
 			t.Fatal(err)
 		}
@@ -74,15 +82,6 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	return w
-}
-
-func dial(t *testing.T, ns string) *pm.Client {
-	c, err := pm.Dial(pm.Options{NetNSName: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // startDaemon runs the real binary in the client namespace.
@@ -191,31 +190,19 @@ func TestPreferSendsTheBytesOverThePreferredPath(t *testing.T) {
 	}
 }
 
-func endpointFlags(t *testing.T, c *pm.Client) map[netip.Addr]pm.Flags {
-	eps, err := c.Endpoints()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[netip.Addr]pm.Flags{}
-	for _, e := range eps {
-		out[e.Addr] = e.Flags
-	}
-	return out
-}
-
 func TestCleanExitUndoesAndKillLeavesMPTCPWorking(t *testing.T) {
 	w := newWorld(t)
-	before := endpointFlags(t, w.cli)
+	before := testutil.EndpointFlags(t, w.cli)
 	prefer := "policies:\n  - {name: prefer, paths: [" + w.h.ClientAddr(1).String() + "]}\n"
 	d := w.startDaemon(t, prefer)
 	w.upload(t, 2*time.Second, nil)
-	during := endpointFlags(t, w.cli)
+	during := testutil.EndpointFlags(t, w.cli)
 	if during[w.h.ClientAddr(2)]&pm.FlagBackup == 0 {
 		t.Fatalf("endpoints while preferring path 1: %v, want path 2 backup", during)
 	}
 	// Clean exit: everything back as it was.
 	d.Stop(syscall.SIGTERM)
-	if after := endpointFlags(t, w.cli); len(after) != len(before) || after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] {
+	if after := testutil.EndpointFlags(t, w.cli); len(after) != len(before) || after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] {
 		b, _ := os.ReadFile(d.Log)
 		t.Fatalf("after SIGTERM endpoints %v, want %v as before\n%s", after, before, b)
 	}
@@ -232,7 +219,7 @@ func TestCleanExitUndoesAndKillLeavesMPTCPWorking(t *testing.T) {
 	// ... and the next daemon undoes what the killed one left.
 	d = w.startDaemon(t, "policies: []\n")
 	time.Sleep(300 * time.Millisecond)
-	if after := endpointFlags(t, w.cli); after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] || len(after) != len(before) {
+	if after := testutil.EndpointFlags(t, w.cli); after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] || len(after) != len(before) {
 		b, _ := os.ReadFile(d.Log)
 		t.Fatalf("after restart endpoints %v, want %v\n%s", after, before, b)
 	}
@@ -457,13 +444,13 @@ func TestShapedPoliciesJoinSubflowsAsBackup(t *testing.T) {
 	// near path (two equal veths) enters at once and carries; a clean
 	// exit gives the endpoint back as it was.
 	w := newWorld(t)
-	before := endpointFlags(t, w.cli)
+	before := testutil.EndpointFlags(t, w.cli)
 	d := w.startDaemon(t, "policies: [{name: dynthresh}]\n")
 	deadline := time.Now().Add(2 * time.Second)
-	for endpointFlags(t, w.cli)[w.h.ClientAddr(2)]&pm.FlagBackup == 0 {
+	for testutil.EndpointFlags(t, w.cli)[w.h.ClientAddr(2)]&pm.FlagBackup == 0 {
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(d.Log)
-			t.Fatalf("endpoints %v: the second path's is not backup while dynthresh runs\n%s", endpointFlags(t, w.cli), b)
+			t.Fatalf("endpoints %v: the second path's is not backup while dynthresh runs\n%s", testutil.EndpointFlags(t, w.cli), b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -478,7 +465,7 @@ func TestShapedPoliciesJoinSubflowsAsBackup(t *testing.T) {
 		t.Fatalf("the second (equal) path carried %.0f%% of the bytes (%v), want it let in\n%s", s*100, acked, b)
 	}
 	d.Stop(syscall.SIGTERM)
-	if after := endpointFlags(t, w.cli); after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] {
+	if after := testutil.EndpointFlags(t, w.cli); after[w.h.ClientAddr(2)] != before[w.h.ClientAddr(2)] {
 		t.Fatalf("after SIGTERM endpoints %v, want %v as before", after, before)
 	}
 }

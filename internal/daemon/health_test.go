@@ -202,23 +202,12 @@ func TestHealthOptionStripped(t *testing.T) {
 }
 
 func TestReportHealthConfig(t *testing.T) {
-	for src, want := range map[string]string{
+	checkConfigs(t, policy.Env{}, map[string]string{
 		"report_health: {source: lab, window: 50ms, min_segments: 8, ports: [5201], last_hop_window: 100ms}": "",
 		"report_health: {}":                       "",
 		"report_health: {source: radio}":          "source",
 		"report_health: {ports: [70000]}":         "ports",
 		"report_health: {window: 1ms}":            "window",
 		"report_health: {source: lab, colour: 1}": `unknown key "colour"`,
-	} {
-		cfg, err := daemon.ParseConfig("c.yaml", []byte(src), policy.Env{})
-		if want == "" {
-			if err != nil || cfg.ReportHealth == nil {
-				t.Errorf("%q: %v", src, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: err = %v, want %q", src, err, want)
-		}
-	}
+	}, func(cfg *daemon.Config) bool { return cfg.ReportHealth != nil })
 }

@@ -202,7 +202,7 @@ func TestIncrementalStaysSinglePathForShortFlowsAndGrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The server runs the kernel path manager, which accepts the joins.
-	srvPM := dial(t, h.Server)
+	srvPM := testutil.DialPM(t, h.Server)
 	if err := srvPM.SetLimits(pm.Limits{AddAddrAccepted: 2, Subflows: 2}); err != nil {
 		t.Fatal(err)
 	}

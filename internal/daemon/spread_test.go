@@ -16,7 +16,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"mpsteer/internal/api"
-	"mpsteer/internal/daemon"
 	"mpsteer/internal/datapath/spread"
 	"mpsteer/internal/lab/traffic"
 	labworld "mpsteer/internal/lab/world"
@@ -36,18 +35,7 @@ func TestSpreadConfigErrorsNameTheKey(t *testing.T) {
 		"policies:\n  - name: spread\n    from: [br7]\n    via: [phy1, phy2]":          `c.yaml:3: policies[0].from: this host has no device br7`,
 		"policies:\n  - {name: spread, from: [vmbr0], via: [phy1, phy2], priority: 0}": `c.yaml:2: policies[0].priority: "0" is not valid`,
 	}
-	for src, want := range cases {
-		_, err := daemon.ParseConfig("c.yaml", []byte(src), env)
-		if want == "" {
-			if err != nil {
-				t.Errorf("%q: %v", src, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: err = %v, want %q", src, err, want)
-		}
-	}
+	checkConfigs(t, env, cases, nil)
 }
 
 // A tenants world: two hypervisors, two 50 Mbit/s links, the measured VM

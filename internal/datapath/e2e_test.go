@@ -171,11 +171,7 @@ func TestStripAddAddrHoldsBackASubflow(t *testing.T) {
 	// No subflow endpoint on the client: the second subflow can only come
 	// from the server announcing its second address (ADD_ADDR).
 	for _, h := range []string{world.Client, world.Server} {
-		c, err := pm.Dial(pm.Options{NetNSName: w.Host(h).NetNS})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := testutil.DialPM(t, w.Host(h).NetNS)
 		if err := c.SetLimits(pm.Limits{AddAddrAccepted: 1, Subflows: 1}); err != nil {
 			t.Fatal(err)
 		}

@@ -28,16 +28,6 @@ func TestFlagsStringAndParse(t *testing.T) {
 	}
 }
 
-func dialNS(t *testing.T, ns string) *pm.Client {
-	t.Helper()
-	c, err := pm.Dial(pm.Options{NetNSName: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 func listenNS(t *testing.T, ns string) *pm.EventListener {
 	t.Helper()
 	l, err := pm.ListenEvents(pm.Options{NetNSName: ns})
@@ -71,7 +61,7 @@ func waitEvent(t *testing.T, l *pm.EventListener, what string, match func(pm.Eve
 func TestKernelPathManagerEndpointsAndLimits(t *testing.T) {
 	testutil.RequireLab(t)
 	h := testutil.TwoHosts(t, 2)
-	c := dialNS(t, h.Client)
+	c := testutil.DialPM(t, h.Client)
 
 	if err := c.SetLimits(pm.Limits{AddAddrAccepted: 3, Subflows: 4}); err != nil {
 		t.Fatal(err)
@@ -175,11 +165,11 @@ func TestUserspacePathManagerAndEvents(t *testing.T) {
 	if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
 		t.Fatal(err)
 	}
-	srv := dialNS(t, h.Server)
+	srv := testutil.DialPM(t, h.Server)
 	if err := srv.SetLimits(pm.Limits{AddAddrAccepted: 4, Subflows: 4}); err != nil {
 		t.Fatal(err)
 	}
-	cl := dialNS(t, h.Client)
+	cl := testutil.DialPM(t, h.Client)
 	cev := listenNS(t, h.Client)
 	sev := listenNS(t, h.Server)
 

@@ -226,10 +226,7 @@ func TestAPIHostileInput(t *testing.T) {
 	if !d.Cmd.ProcessState.Success() {
 		lost = append(lost, "exit: "+d.Cmd.ProcessState.String())
 	}
-	l := "nothing"
-	if len(lost) > 0 {
-		l = strings.Join(lost, "; ")
-	}
+	l := lostText(lost)
 	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) }
 	record(t, Record{Case: "api-hostile-input", Fault: "API requests: garbage, unknown method and path, truncated/mistyped/deeply nested JSON, a YAML alias bomb, a nonsense chain, a 64 MiB body, a 2 MiB header, slow header and body, a non-root client",
 		Tried: tried, Survived: survived, Lost: l, Measured: map[string]any{

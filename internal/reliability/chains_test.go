@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -128,9 +127,8 @@ func TestChainChurn(t *testing.T) {
 	if dropped != 0 {
 		errs = append(errs, fmt.Sprintf("the chains dropped %d packets", dropped))
 	}
-	lost := "nothing"
+	lost := lostText(errs)
 	if len(errs) > 0 {
-		lost = strings.Join(errs, "; ")
 		t.Error(lost)
 	}
 	ops["failed"] = len(errs)

@@ -76,7 +76,7 @@ func newSmallHashWorld(t *testing.T, n, ehash int) *world {
 func setupWorld(t *testing.T, h testutil.Hosts, userspace bool) *world {
 	t.Helper()
 	w := &world{h: h, userspace: userspace}
-	w.cli, w.srv = dialPM(t, h.Client), dialPM(t, h.Server)
+	w.cli, w.srv = testutil.DialPM(t, h.Client), testutil.DialPM(t, h.Server)
 	for _, c := range []*pm.Client{w.cli, w.srv} {
 		if err := c.SetLimits(pm.Limits{AddAddrAccepted: 8, Subflows: 8}); err != nil {
 			t.Fatal(err)
@@ -96,27 +96,9 @@ func setupWorld(t *testing.T, h testutil.Hosts, userspace bool) *world {
 	return w
 }
 
-func dialPM(t *testing.T, ns string) *pm.Client {
-	t.Helper()
-	c, err := pm.Dial(pm.Options{NetNSName: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 func (w *world) endpoints(t *testing.T) map[netip.Addr]pm.Flags {
 	t.Helper()
-	eps, err := w.cli.Endpoints()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[netip.Addr]pm.Flags{}
-	for _, e := range eps {
-		out[e.Addr] = e.Flags
-	}
-	return out
+	return testutil.EndpointFlags(t, w.cli)
 }
 
 // transfer is an MPTCP upload of a seeded pseudo-random stream that the
@@ -423,4 +405,12 @@ func showLog(t *testing.T, d *testutil.Daemon) {
 	}
 	b, _ := os.ReadFile(d.Log)
 	t.Logf("daemon log:\n%s", b)
+}
+
+// lostText is a record's Lost: "nothing", or what was lost, joined.
+func lostText(problems []string) string {
+	if len(problems) == 0 {
+		return "nothing"
+	}
+	return strings.Join(problems, "; ")
 }

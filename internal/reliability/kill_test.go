@@ -85,10 +85,7 @@ func TestKill9MidTransfer(t *testing.T) {
 	for _, f := range flowAfter {
 		minFlow = min(minFlow, f)
 	}
-	l := "nothing"
-	if len(lost) > 0 {
-		l = strings.Join(lost, "; ")
-	}
+	l := lostText(lost)
 	record(t, Record{Case: "kill9-mid-transfer", Fault: "daemon killed (SIGKILL) mid-transfer, each policy × backup mode (endpoint: kernel PM, subflow: userspace PM), a chain attached (gone with the daemon; with persist: its state re-adopted by the next)",
 		Tried: tried, Survived: survived, Lost: l, Measured: map[string]any{
 			"min_bytes_received_in_1s_after_kill":               minFlow,

@@ -141,9 +141,8 @@ func TestLoadSubflows(t *testing.T) {
 		}
 	}
 	srv.stop()
-	lost := "nothing"
+	lost := lostText(errs)
 	if len(errs) > 0 {
-		lost = strings.Join(errs, "; ")
 		t.Error(lost)
 	}
 	measured := map[string]any{}

@@ -147,10 +147,7 @@ func TestKernelSaysNo(t *testing.T) {
 		}
 		survived++
 	})
-	l := "nothing"
-	if len(lost) > 0 {
-		l = strings.Join(lost, "; ")
-	}
+	l := lostText(lost)
 	record(t, Record{Case: "kernel-says-no", Fault: "the kernel refuses: per-subflow flags under the kernel PM, endpoint table full, peer's subflow limit reached, no CAP_NET_ADMIN (EPERM)",
 		Tried: tried, Survived: survived, Lost: l, Measured: measured}, start)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -130,9 +129,8 @@ func TestReloadStorm(t *testing.T) {
 	if !res.intact() {
 		errs = append(errs, "transfer: "+res.String())
 	}
-	lost := "nothing"
+	lost := lostText(errs)
 	if len(errs) > 0 {
-		lost = strings.Join(errs, "; ")
 		t.Error(lost)
 	}
 	survived := 0

@@ -186,10 +186,7 @@ func TestWorldChanges(t *testing.T) {
 			survived++
 		})
 	}
-	l := "nothing"
-	if len(lost) > 0 {
-		l = strings.Join(lost, "; ")
-	}
+	l := lostText(lost)
 	record(t, Record{Case: "world-changes", Fault: "address removed/re-added, interface down/up, MPTCP disabled by sysctl, path manager switched, the namespace's name deleted — under a running daemon with a transfer",
 		Tried: tried, Survived: survived, Lost: l, Measured: measured}, start)
 }

@@ -221,12 +221,7 @@ func TestKernelPMUsesBothServerAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	c, err := pm.Dial(pm.Options{NetNSName: w.Host(world.Server).NetNS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eps, err := c.Endpoints()
-	c.Close()
+	eps, err := testutil.DialPM(t, w.Host(world.Server).NetNS).Endpoints()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,12 +355,7 @@ func TestUserspacePathManager(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("%s: net.mptcp.path_manager = %q (%v), want %s", host, got, err, want)
 		}
-		c, err := pm.Dial(pm.Options{NetNSName: w.Host(host).NetNS})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eps, err := c.Endpoints()
-		c.Close()
+		eps, err := testutil.DialPM(t, w.Host(host).NetNS).Endpoints()
 		if err != nil {
 			t.Fatal(err)
 		}

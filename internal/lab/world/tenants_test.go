@@ -10,7 +10,6 @@ import (
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/lab/world"
-	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
 )
 
@@ -100,12 +99,7 @@ func TestTenantsWorld(t *testing.T) {
 		t.Run(attach, func(t *testing.T) {
 			w := up(t, parse(t, tenants(attach)), "mptcp", labName(t, "tn"+attach[:1]))
 			vm1, vm2 := w.Tenants.VM("vm1"), w.Tenants.VM("vm2")
-			c, err := pm.Dial(pm.Options{NetNSName: vm2.NetNS})
-			if err != nil {
-				t.Fatal(err)
-			}
-			eps, err := c.Endpoints()
-			c.Close()
+			eps, err := testutil.DialPM(t, vm2.NetNS).Endpoints()
 			if err != nil || len(eps) != 2 || eps[0].Port != world.AnnouncePortBase || eps[0].Addr != vm2.Addr {
 				t.Fatalf("server VM endpoints %v, %v", eps, err)
 			}

@@ -23,22 +23,18 @@ import (
 func TestIteratorMatchesSockDiag(t *testing.T) {
 	testutil.RequireLab(t)
 	h := testutil.TwoHosts(t, 2)
-	c, err := pm.Dial(pm.Options{NetNSName: h.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testutil.DialPM(t, h.Client)
 	if err := c.SetLimits(pm.Limits{Subflows: 2, AddAddrAccepted: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.AddEndpoint(pm.Endpoint{Addr: h.ClientAddr(2), Flags: pm.FlagSubflow | pm.FlagBackup}); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := pm.Dial(pm.Options{NetNSName: h.Server}); err == nil {
-		s.SetLimits(pm.Limits{Subflows: 2, AddAddrAccepted: 2})
-		s.Close()
+	if err := testutil.DialPM(t, h.Server).SetLimits(pm.Limits{Subflows: 2, AddAddrAccepted: 2}); err != nil {
+		t.Fatal(err)
 	}
 	var ln net.Listener
+	var err error
 	if err := netnsutil.Do(h.Server, func() error {
 		var lc net.ListenConfig
 		lc.SetMultipathTCP(true)
