@@ -301,6 +301,7 @@ func loadState(path string) *stateFile {
 	if b, err := os.ReadFile(path); err == nil {
 		_ = json.Unmarshal(b, &s.S)
 	}
+	s.S.NetnsInode = ownNetnsInode() // this daemon's, written with the state
 	return s
 }
 
@@ -365,7 +366,6 @@ func (s *stateFile) save() {
 		}
 		return
 	}
-	s.S.NetnsInode = ownNetnsInode()
 	b, _ := json.MarshalIndent(s.S, "", "  ")
 	os.MkdirAll(filepath.Dir(s.path), 0o755)
 	tmp := s.path + ".tmp"

@@ -398,11 +398,11 @@ func (d *Daemon) tick() {
 		// no decision changes the actuators are not asked again (quiet.go).
 		round := d.quiet.split(snap)
 		d.engine.DecideInto(round, &d.freshPlan)
+		plan.Lifecycle = d.freshPlan.Lifecycle
 		if apply = d.quiet.keep(&d.freshPlan, round); apply {
 			d.quiet.merge(&plan, &d.freshPlan, round)
 			d.sparePlan, d.lastPlan = d.lastPlan, plan
 		}
-		plan.Lifecycle = d.freshPlan.Lifecycle
 	} else {
 		d.quiet.forget()
 		d.engine.DecideInto(snap, &plan)
@@ -433,6 +433,17 @@ func (d *Daemon) tick() {
 	}
 }
 
+// establish marks a subflow established, as an event said, with the ids
+// it gave. What a sample said of it while it was joining (a SYN
+// outstanding, no ACK ever) says nothing of the established subflow: it
+// would look stalled.
+func establish(sf *observe.Subflow, localID, remoteID uint8) {
+	if sf.State != tcpEstablished {
+		sf.Unacked, sf.LastAckRecv, sf.Backoff, sf.CAState = 0, 0, 0, 0
+	}
+	sf.State, sf.LocalID, sf.RemoteID = tcpEstablished, localID, remoteID
+}
+
 // carryEvents adds to a sample what path-manager events told after it was
 // read: a subflow that joined (events list it without a socket cookie)
 // and one it shows still joining that an event said is established.
@@ -450,9 +461,7 @@ func carryEvents(sfs, view []observe.Subflow) []observe.Subflow {
 		id := policy.ID(sfs[i])
 		inSample[id] = true
 		if o, ok := est[id]; ok && (sfs[i].State == tcpSynSent || sfs[i].State == tcpSynRecv) {
-			sf := &sfs[i]
-			sf.State, sf.LocalID, sf.RemoteID = tcpEstablished, o.LocalID, o.RemoteID
-			sf.Unacked, sf.LastAckRecv, sf.Backoff, sf.CAState = 0, 0, 0, 0
+			establish(&sfs[i], o.LocalID, o.RemoteID)
 		}
 	}
 	for _, o := range view {
@@ -616,15 +625,7 @@ func (d *Daemon) track(ev pm.Event) bool {
 		}
 		for i, o := range d.lastSubflows {
 			if o.Token == ev.Token && o.Local == ev.Local && o.Remote == ev.Remote {
-				if o.State != tcpEstablished {
-					// What the sample said of it while it was joining (a
-					// SYN outstanding, no ACK ever) says nothing of the
-					// established subflow: it would look stalled.
-					sf := &d.lastSubflows[i]
-					sf.Unacked, sf.LastAckRecv, sf.Backoff, sf.CAState = 0, 0, 0, 0
-				}
-				d.lastSubflows[i].State = tcpEstablished
-				d.lastSubflows[i].LocalID, d.lastSubflows[i].RemoteID = ev.LocalID, ev.RemoteID
+				establish(&d.lastSubflows[i], ev.LocalID, ev.RemoteID)
 				return true
 			}
 		}

@@ -108,9 +108,10 @@ func (q *quietConns) keep(fresh *policy.Plan, round *policy.Snapshot) bool {
 	return q.dirty || round.Now.Sub(q.fullAt) >= quietRefresh
 }
 
-// merge puts the whole plan together in into (its maps emptied and
-// reused): this round's decisions and those last taken on the quiet
-// connections; the actuators see every subflow decided.
+// merge puts the whole plan's decisions together in into (its maps
+// emptied and reused): this round's and those last taken on the quiet
+// connections; the actuators see every subflow decided. (The round's
+// other actions are fresh's own.)
 func (q *quietConns) merge(into *policy.Plan, fresh *policy.Plan, round *policy.Snapshot) {
 	if into.Backup == nil {
 		into.Backup = make(map[policy.SubflowID]policy.Action, len(fresh.Backup)+round.QuietSubflows)
@@ -135,7 +136,6 @@ func (q *quietConns) merge(into *policy.Plan, fresh *policy.Plan, round *policy.
 			into.Limits[a.Subflow] = a
 		}
 	}
-	into.Lifecycle = fresh.Lifecycle
 	q.dirty, q.fullAt = false, round.Now
 }
 
