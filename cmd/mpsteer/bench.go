@@ -51,6 +51,13 @@ var benchmarks = []benchmark{
 		}
 		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath"), progress)
 	}},
+	{"rate", "each way of holding a subflow to a rate (pacing, rwnd, cc) on one upload: accuracy, settling after a cut, queueing, lift (lab runs, ~1 min)", func(ctx context.Context, out string) (any, error) {
+		bin, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return bench.Rate(ctx, bin, filepath.Join(out, "rate"), progress)
+	}},
 }
 
 func progress(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }

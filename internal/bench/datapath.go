@@ -125,6 +125,12 @@ type variant struct {
 	// single: the chain changes the packet, so each run gets a fresh copy
 	// (the kernel's repeat loop would run it again on its own output).
 	single bool
+	// cold: on the manager without the socket cache, so the actors that
+	// read the packet's socket look it up for every packet (a flow's
+	// first packet; and set_backup's insertion, which the cache would
+	// otherwise skip after the first run).
+	cold   bool
+	m      *datapath.Manager
 	id     uint32
 	prog   *ebpf.Program
 	ns     []float64 // mean per round
@@ -151,6 +157,11 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 		return nil, err
 	}
 	defer m.Close()
+	cold, err := datapath.NewManagerWith(datapath.Options{NoSocketCache: true})
+	if err != nil {
+		return nil, err
+	}
+	defer cold.Close()
 
 	var res *PerPacketResult
 	err = netnsutil.Do(ns, func() error {
@@ -177,21 +188,23 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 			"mark":   {act: "mark(mark=7)", pkt: ack},
 			"drop":   {act: "drop", pkt: ack},
 			// the common case of the rewriting actors: nothing to do
-			"backup/steady": {act: "clear_backup", pkt: ack},
-			"strip/none":    {act: "strip_add_addr", pkt: ack},
-			"chain8/ro":     {sel: tuple + " " + all, act: "mark(mark=7) count count count", pkt: ack},
+			"backup/steady":      {act: "clear_backup", pkt: ack},
+			"backup/steady/cold": {act: "clear_backup", pkt: ack, cold: true},
+			"strip/none":         {act: "strip_add_addr", pkt: ack},
+			"chain8/ro":          {sel: tuple + " " + all, act: "mark(mark=7) count count count", pkt: ack},
 			// packet-changing: one run per call
-			"count/1":       {act: "count", pkt: ack, single: true},
-			"count/1+addr":  {act: "count", pkt: withAddAddr, single: true},
-			"set_backup":    {act: "set_backup", pkt: ack, single: true},
-			"clamp_rwnd":    {act: "clamp_rwnd(64KiB)", pkt: ack, single: true},
-			"strip":         {act: "strip_add_addr", pkt: withAddAddr, single: true},
-			"chain2":        {sel: tuple, act: "count", pkt: ack, single: true},
-			"chain4":        {sel: tuple, act: "mark(mark=7) clamp_rwnd(64KiB) count", pkt: ack, single: true},
-			"chain4/miss":   {sel: other, act: "mark(mark=7) clamp_rwnd(64KiB) count", pkt: ack, single: true},
-			"chain8":        {sel: tuple + " " + all, act: "mark(mark=7) clamp_rwnd(64KiB) count count", pkt: ack, single: true},
-			"chain/backup":  {sel: "type(data-ack)", act: "set_backup", pkt: ack, single: true},
-			"chain/backup8": {sel: tuple + " " + all, act: "mark(mark=7) clamp_rwnd(64KiB) set_backup count", pkt: ack, single: true},
+			"count/1":         {act: "count", pkt: ack, single: true},
+			"count/1+addr":    {act: "count", pkt: withAddAddr, single: true},
+			"set_backup":      {act: "set_backup", pkt: ack, single: true, cold: true},
+			"clamp_rwnd":      {act: "clamp_rwnd(64KiB)", pkt: ack, single: true},
+			"clamp_rwnd/cold": {act: "clamp_rwnd(64KiB)", pkt: ack, single: true, cold: true},
+			"strip":           {act: "strip_add_addr", pkt: withAddAddr, single: true},
+			"chain2":          {sel: tuple, act: "count", pkt: ack, single: true},
+			"chain4":          {sel: tuple, act: "mark(mark=7) clamp_rwnd(64KiB) count", pkt: ack, single: true},
+			"chain4/miss":     {sel: other, act: "mark(mark=7) clamp_rwnd(64KiB) count", pkt: ack, single: true},
+			"chain8":          {sel: tuple + " " + all, act: "mark(mark=7) clamp_rwnd(64KiB) count count", pkt: ack, single: true},
+			"chain/backup":    {sel: "type(data-ack)", act: "set_backup", pkt: ack, single: true, cold: true},
+			"chain/backup8":   {sel: tuple + " " + all, act: "mark(mark=7) clamp_rwnd(64KiB) set_backup count", pkt: ack, single: true, cold: true},
 		}
 		// The unit: a program that only returns, timed the same ways.
 		noopProg, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
@@ -204,19 +217,25 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 		noop1 := &variant{pkt: ack, prog: noopProg, single: true}
 		names := make([]string, 0, len(v))
 		for name, x := range v {
-			id, prog, err := m.AddDetached(x.sel, x.act)
+			x.m = m
+			if x.cold {
+				x.m = cold
+			}
+			id, prog, err := x.m.AddDetached(x.sel, x.act)
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			x.id, x.prog = id, prog
-			st, _ := m.Status(id)
+			st, _ := x.m.Status(id)
 			x.before = *st
 			names = append(names, name)
 		}
 		sort.Strings(names)
 		defer func() {
 			for _, x := range v {
-				m.Del(x.id)
+				if x.m != nil { // not the no-op program
+					x.m.Del(x.id)
+				}
 			}
 		}()
 		// Rounds interleave the variants, so a noisy moment of this
@@ -246,7 +265,7 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 			TargetOpNs: 100, TargetChain8Ns: 300, PaperSetBackupNs: [2]float64{640, 900},
 			TargetOpRatio: 1.5, TargetChain8Ratio: 3,
 			Setup: fmt.Sprintf("BPF_PROG_TEST_RUN in a namespace with an MPTCP connection over loopback; packet: IPv4 ACK %s → %s with timestamps and DSS data-ack (ADD_ADDR added for strip_add_addr); read-only chains: the kernel's repeat loop, timed around the call; packet-changing chains: one run per call, the kernel's own time of it; ratio_to_noop: over a program that only returns, timed in the same rounds (noop_ns)", srv, cli)}
-		return derive(res, v, m)
+		return derive(res, v)
 	})
 	return res, err
 }
@@ -278,7 +297,7 @@ func timeChain(x *variant, repeat, single int) (float64, error) {
 // count = T(count count) − T(count); entry = T(count) − count; a
 // selector = T(selector → count) − T(count); an actor = T(actor) −
 // T(count) + count, with both timed the same way.
-func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) error {
+func derive(res *PerPacketResult, v map[string]*variant) error {
 	rounds := len(v["count"].ns)
 	per := func(f func(r int) float64) (float64, [2]float64) {
 		xs := make([]float64, rounds)
@@ -299,7 +318,7 @@ func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) er
 	}
 	did := func(name string) (counters, error) {
 		x := v[name]
-		st, err := m.Status(x.id)
+		st, err := x.m.Status(x.id)
 		if err != nil {
 			return counters{}, err
 		}
@@ -342,8 +361,10 @@ func derive(res *PerPacketResult, v map[string]*variant, m *datapath.Manager) er
 		{"mark", "actor", "mark", "", act("mark", "count")},
 		{"drop", "actor", "drop", "dropped", act("drop", "count")},
 		{"set_backup", "actor", "set_backup, flag to change (socket lookup, MP_PRIO inserted)", "modified", act("set_backup", "count/1")},
-		{"backup/steady", "actor", "set_backup/clear_backup, flag already right (socket lookup only)", "", act("backup/steady", "count")},
-		{"clamp_rwnd", "actor", "clamp_rwnd (socket lookup, window rewritten)", "modified", act("clamp_rwnd", "count/1")},
+		{"backup/steady", "actor", "set_backup/clear_backup, flag already right (the flow's socket read kept from its last packet)", "", act("backup/steady", "count")},
+		{"backup/steady/cold", "actor", "set_backup/clear_backup, flag already right, a flow's first packet (socket lookup)", "", act("backup/steady/cold", "count")},
+		{"clamp_rwnd", "actor", "clamp_rwnd (the flow's socket read kept, window rewritten)", "modified", act("clamp_rwnd", "count/1")},
+		{"clamp_rwnd/cold", "actor", "clamp_rwnd, a flow's first packet (socket lookup, window rewritten)", "modified", act("clamp_rwnd/cold", "count/1")},
 		{"strip", "actor", "strip_add_addr, packet with ADD_ADDR (kept and blanked)", "modified", act("strip", "count/1+addr")},
 		{"strip/none", "actor", "strip_add_addr, packet without ADD_ADDR", "", act("strip/none", "count")},
 	}
@@ -437,6 +458,11 @@ func Load(ctx context.Context, n int) (*LoadResult, error) {
 		return nil, err
 	}
 	defer m.Close()
+	cold, err := datapath.NewManagerWith(datapath.Options{NoSocketCache: true})
+	if err != nil {
+		return nil, err
+	}
+	defer cold.Close()
 	res := &LoadResult{Samples: n, Setup: "Manager.AddDetached (compile, load, verify; no attach), then Del; the kernel's verified, translated and JIT-compiled sizes of the chain's program"}
 	for _, c := range LoadChains() {
 		prog, err := datapath.Compile(c.Select, c.Act, nil)

@@ -21,7 +21,7 @@ type Config struct {
 	File      string
 	Interval  time.Duration
 	BackupVia string // auto, endpoint, subflow
-	RateVia   string // pacing, rwnd
+	RateVia   string // pacing, rwnd, cc
 	// Persist is a bpffs directory for the chains' state (withheld
 	// ADD_ADDR options, counters): it survives a daemon restart there.
 	Persist  string
@@ -68,7 +68,7 @@ func parseConfigMap(m *yamlcfg.Map, env policy.Env) *Config {
 		m.Errorf("interval", "%v is too short (at least 10ms)", cfg.Interval)
 	}
 	cfg.BackupVia = m.Enum("backup_via", "auto", "auto", "endpoint", "subflow")
-	cfg.RateVia = m.Enum("rate_via", RatePacing, RatePacing, RateRwnd)
+	cfg.RateVia = m.Enum("rate_via", RatePacing, RatePacing, RateRwnd, RateCC)
 	cfg.Persist = m.String("persist", "")
 	if cfg.Persist != "" && !filepath.IsAbs(cfg.Persist) {
 		m.Errorf("persist", "%q is not an absolute path (e.g. /sys/fs/bpf/mpsteer)", cfg.Persist)

@@ -23,6 +23,11 @@ const (
 	// RateRwnd clamps the receive window the peer advertises on the
 	// subflow's incoming ACKs to cap × SRTT, with a datapath chain.
 	RateRwnd = "rwnd"
+	// RateCC switches the subflow to mpsteer's capping congestion control
+	// (a tcp_congestion_ops struct_ops: Reno with the window held to
+	// cap × SRTT) from the same sockops program, and back when the cap is
+	// lifted.
+	RateCC = "cc"
 )
 
 // rateActuator enforces Limit decisions one way or the other.
@@ -48,10 +53,14 @@ func newRateActuator(via string, cookie uint64, dp func() (*datapath.Manager, er
 // Ready loads what the pacing way needs before any subflow is to be
 // capped: the sockops program sees subflows established after it.
 func (a *rateActuator) Ready() error {
-	if a.via != RatePacing || a.pacer != nil || a.err != "" {
+	if a.via == RateRwnd || a.pacer != nil || a.err != "" {
 		return nil
 	}
-	p, err := sockops.NewPacer(a.cookie)
+	way := sockops.ByPacing
+	if a.via == RateCC {
+		way = sockops.ByCongestionControl
+	}
+	p, err := sockops.NewPacer(a.cookie, way)
 	if err != nil {
 		a.err = err.Error()
 		return err
@@ -114,7 +123,7 @@ func (a *rateActuator) Apply(dec map[policy.SubflowID]policy.Action, sfs []obser
 
 // set caps one subflow (0: lifts its cap).
 func (a *rateActuator) set(id policy.SubflowID, r units.Rate) error {
-	if a.via == RatePacing {
+	if a.via != RateRwnd {
 		if a.pacer == nil {
 			if a.err != "" {
 				return fmt.Errorf("the rate program is not loaded: %s", a.err)

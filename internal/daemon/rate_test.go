@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"mpsteer/internal/lab/traffic"
 	labworld "mpsteer/internal/lab/world"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/testutil"
 )
 
@@ -21,51 +24,94 @@ paths:
 `
 
 // The rate action end to end: the limit policy caps the subflow on path b
-// at 10 Mbit/s while an upload fills both paths; both ways of capping
-// (pacing, rwnd) hold it within 10%.
+// at 10 Mbit/s while an upload fills both paths; every way of capping
+// (pacing, rwnd, and the capping congestion control) holds it within 10%.
+// With the congestion control, the capped subflow runs it while capped and
+// gets its own back when the daemon exits (the daemon lifts its caps).
 func TestLimitCapsASubflow(t *testing.T) {
-	for _, via := range []string{"pacing", "rwnd"} {
+	for _, via := range []string{"pacing", "rwnd", "cc"} {
 		t.Run(via, func(t *testing.T) {
 			w := testutil.LabWorld(t, ratePaths, "mptcp")
-			testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, fmt.Sprintf("rate_via: %s\npolicies: [{name: limit, rates: {b: 10mbit}}]\n", via))
-			got := rateOn(t, w, w.Path("b").Client.Addr, 6*time.Second)
-			t.Logf("%s: the capped subflow carried %.2f Mbit/s (cap 10)", via, got)
+			d := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, fmt.Sprintf("rate_via: %s\npolicies: [{name: limit, rates: {b: 10mbit}}]\n", via))
+			b := w.Path("b").Client.Addr
+			u := startUpload(t, w, 8*time.Second)
+			time.Sleep(3 * time.Second)
+			b0, t0 := u.acked(b), time.Now()
+			capped := u.ccs(b)
+			time.Sleep(3 * time.Second)
+			got := float64(u.acked(b)-b0) * 8 / 1e6 / time.Since(t0).Seconds()
+			t.Logf("%s: the capped subflow carried %.2f Mbit/s (cap 10), congestion control %v", via, got, capped)
 			if got < 9 || got > 11 {
 				t.Fatalf("the subflow on path b carried %.1f Mbit/s, want 10 ± 10%%", got)
 			}
+			if via == "cc" {
+				if len(capped) != 1 || !strings.HasPrefix(capped[0], "mpscap_") {
+					t.Fatalf("the capped subflow runs %v, want mpsteer's capping congestion control (mpscap_…)", capped)
+				}
+				d.Stop(syscall.SIGTERM)
+				time.Sleep(300 * time.Millisecond)
+				if after := u.ccs(b); len(after) != 1 || strings.HasPrefix(after[0], "mpscap_") {
+					t.Fatalf("after the daemon exited the subflow runs %v, want its own congestion control back", after)
+				} else {
+					t.Logf("after the daemon exited: %v", after)
+				}
+			}
+			u.wait()
 		})
 	}
 }
 
-// rateOn runs an upload for d and returns what the subflows from local
-// address a carried (Mbit/s, acknowledged bytes) over its second half.
-func rateOn(t *testing.T, w *labworld.World, a netip.Addr, d time.Duration) float64 {
+// watchedUpload is an MPTCP upload over a lab world, watched from the client.
+type watchedUpload struct {
+	t    *testing.T
+	s    *observe.Sampler
+	done chan error
+}
+
+func startUpload(t *testing.T, w *labworld.World, d time.Duration) *watchedUpload {
 	t.Helper()
 	client, server := w.Host(labworld.Client).NetNS, w.Host(labworld.Server).NetNS
-	s := sampler(t, client)
 	b := &traffic.Bulk{ClientNS: client, ServerNS: server, Server: netip.AddrPortFrom(w.Paths[0].Server.Addr, 5201),
 		Proto: traffic.MPTCP, Upload: true, Duration: d}
-	done := make(chan error, 1)
-	go func() { _, err := b.Run(context.Background()); done <- err }()
-	acked := func() uint64 {
-		sfs, err := s.Subflows()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n uint64
-		for _, sf := range sfs {
-			if sf.Local.Addr() == a {
-				n += sf.BytesAcked
-			}
-		}
-		return n
+	u := &watchedUpload{t: t, s: sampler(t, client), done: make(chan error, 1)}
+	go func() { _, err := b.Run(context.Background()); u.done <- err }()
+	return u
+}
+
+func (u *watchedUpload) subflows(a netip.Addr) []observe.Subflow {
+	sfs, err := u.s.Subflows()
+	if err != nil {
+		u.t.Fatal(err)
 	}
-	time.Sleep(d / 2)
-	b0, t0 := acked(), time.Now()
-	time.Sleep(d/2 - 500*time.Millisecond)
-	b1, t1 := acked(), time.Now()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	var out []observe.Subflow
+	for _, sf := range sfs {
+		if sf.Local.Addr() == a {
+			out = append(out, sf)
+		}
 	}
-	return float64(b1-b0) * 8 / 1e6 / t1.Sub(t0).Seconds()
+	return out
+}
+
+// acked: bytes acknowledged on the subflows from local address a.
+func (u *watchedUpload) acked(a netip.Addr) uint64 {
+	var n uint64
+	for _, sf := range u.subflows(a) {
+		n += sf.BytesAcked
+	}
+	return n
+}
+
+// ccs: the congestion controls of the subflows from local address a.
+func (u *watchedUpload) ccs(a netip.Addr) []string {
+	var out []string
+	for _, sf := range u.subflows(a) {
+		out = append(out, sf.CC)
+	}
+	return out
+}
+
+func (u *watchedUpload) wait() {
+	if err := <-u.done; err != nil {
+		u.t.Fatal(err)
+	}
 }

@@ -235,6 +235,7 @@ func (m *Manager) loadChain(id, slot, l2 uint32, prog *Program, paused bool) (*c
 	for name, v := range map[string]any{
 		"chain_id": id, "chain_slot": slot, "n_steps": uint32(len(prog.Steps)),
 		"first_actor": uint32(prog.FirstActor), "l2len": l2, "needs": b.needs, "steps": b.steps, "paused": pause,
+		"sock_cache": m.sockCache,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("chain program: %s: %w", name, err)

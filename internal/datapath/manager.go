@@ -121,6 +121,7 @@ type Manager struct {
 	user      map[string]*ebpf.Program
 	chains    map[uint32]*chain
 	pinned    bool
+	sockCache uint32 // the chains' sock_cache
 }
 
 // Options tune a Manager.
@@ -131,6 +132,11 @@ type Options struct {
 	// it again under the same chain ids. Attachments are never pinned:
 	// when the process ends the chains come off the devices (fail open).
 	PinDir string
+	// NoSocketCache makes the actors that read the packet's socket
+	// (clamp_rwnd, set_backup) look it up for every packet instead of
+	// keeping what they read per CPU for the rest of a jiffy: what a
+	// packet of a new flow costs (the benchmark's cold figures).
+	NoSocketCache bool
 }
 
 // persistentMaps hold state keyed by chain id; the others (descriptors,
@@ -153,7 +159,10 @@ func NewManagerWith(o Options) (*Manager, error) {
 			delete(chainSpec.Programs, name)
 		}
 	}
-	m := &Manager{spec: spec, chainSpec: chainSpec, index: map[string]uint32{}, user: map[string]*ebpf.Program{}, chains: map[uint32]*chain{}}
+	m := &Manager{spec: spec, chainSpec: chainSpec, index: map[string]uint32{}, user: map[string]*ebpf.Program{}, chains: map[uint32]*chain{}, sockCache: 1}
+	if o.NoSocketCache {
+		m.sockCache = 0
+	}
 	var opts *ebpf.CollectionOptions
 	if o.PinDir != "" {
 		if err := ensureBPFFS(o.PinDir); err != nil {

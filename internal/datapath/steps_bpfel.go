@@ -52,6 +52,17 @@ type stepsMpsteerStats struct {
 	FirstNs  uint64
 }
 
+type stepsSockInfo struct {
+	_       structs.HostLayout
+	Jiffies uint64
+	W       [9]uint32
+	Egress  uint32
+	Backup  int32
+	Tcp     uint32
+	Wscale  uint32
+	SrttUs  uint32
+}
+
 type stepsWithheldKey struct {
 	_      structs.HostLayout
 	Chain  uint32
@@ -78,6 +89,7 @@ const (
 	stepsMapMpsteerChains         = "mpsteer_chains"
 	stepsMapMpsteerReleasePending = "mpsteer_release_pending"
 	stepsMapMpsteerResumes        = "mpsteer_resumes"
+	stepsMapMpsteerSockCache      = "mpsteer_sock_cache"
 	stepsMapMpsteerStats          = "mpsteer_stats"
 	stepsMapMpsteerStepCount      = "mpsteer_step_count"
 	stepsMapMpsteerSteps          = "mpsteer_steps"
@@ -91,6 +103,7 @@ const (
 	stepsVarN_steps               = "n_steps"
 	stepsVarNeeds                 = "needs"
 	stepsVarPaused                = "paused"
+	stepsVarSockCache             = "sock_cache"
 	stepsVarSteps                 = "steps"
 )
 
@@ -147,6 +160,7 @@ type stepsMapSpecs struct {
 	MpsteerChains         *ebpf.MapSpec `ebpf:"mpsteer_chains"`
 	MpsteerReleasePending *ebpf.MapSpec `ebpf:"mpsteer_release_pending"`
 	MpsteerResumes        *ebpf.MapSpec `ebpf:"mpsteer_resumes"`
+	MpsteerSockCache      *ebpf.MapSpec `ebpf:"mpsteer_sock_cache"`
 	MpsteerStats          *ebpf.MapSpec `ebpf:"mpsteer_stats"`
 	MpsteerStepCount      *ebpf.MapSpec `ebpf:"mpsteer_step_count"`
 	MpsteerSteps          *ebpf.MapSpec `ebpf:"mpsteer_steps"`
@@ -164,6 +178,7 @@ type stepsVariableSpecs struct {
 	N_steps    *ebpf.VariableSpec `ebpf:"n_steps"`
 	Needs      *ebpf.VariableSpec `ebpf:"needs"`
 	Paused     *ebpf.VariableSpec `ebpf:"paused"`
+	SockCache  *ebpf.VariableSpec `ebpf:"sock_cache"`
 	Steps      *ebpf.VariableSpec `ebpf:"steps"`
 }
 
@@ -190,6 +205,7 @@ type stepsMaps struct {
 	MpsteerChains         *ebpf.Map `ebpf:"mpsteer_chains"`
 	MpsteerReleasePending *ebpf.Map `ebpf:"mpsteer_release_pending"`
 	MpsteerResumes        *ebpf.Map `ebpf:"mpsteer_resumes"`
+	MpsteerSockCache      *ebpf.Map `ebpf:"mpsteer_sock_cache"`
 	MpsteerStats          *ebpf.Map `ebpf:"mpsteer_stats"`
 	MpsteerStepCount      *ebpf.Map `ebpf:"mpsteer_step_count"`
 	MpsteerSteps          *ebpf.Map `ebpf:"mpsteer_steps"`
@@ -201,6 +217,7 @@ func (m *stepsMaps) Close() error {
 		m.MpsteerChains,
 		m.MpsteerReleasePending,
 		m.MpsteerResumes,
+		m.MpsteerSockCache,
 		m.MpsteerStats,
 		m.MpsteerStepCount,
 		m.MpsteerSteps,
@@ -219,6 +236,7 @@ type stepsVariables struct {
 	N_steps    *ebpf.Variable `ebpf:"n_steps"`
 	Needs      *ebpf.Variable `ebpf:"needs"`
 	Paused     *ebpf.Variable `ebpf:"paused"`
+	SockCache  *ebpf.Variable `ebpf:"sock_cache"`
 	Steps      *ebpf.Variable `ebpf:"steps"`
 }
 

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -23,35 +26,116 @@ type Subflow4 struct {
 // takes 32 bits from BPF: ~0U bytes per second is "none").
 const Unlimited = uint64(^uint32(0))
 
-// Pacer limits the sending rate of chosen MPTCP subflows through their
-// maximum pacing rate, set by a cgroup sockops program on each subflow's
-// next ACK after the rate changes. It sees the subflows established after
-// it was attached (it asks the kernel for a callback on every RTT sample
-// of each); older subflows are not limited.
+// CapWay is how a Pacer holds a subflow to its rate.
+type CapWay uint32
+
+const (
+	// ByPacing sets the subflow's maximum pacing rate
+	// (SO_MAX_PACING_RATE, which also turns TCP's internal pacing on).
+	ByPacing CapWay = 0
+	// ByCongestionControl switches the subflow to mpsteer's capping
+	// congestion control (bpf/capcc.bpf.c: Reno with the window held to
+	// rate × SRTT), and back to the one it had when the cap is lifted.
+	ByCongestionControl CapWay = 1
+)
+
+// Pacer limits the sending rate of chosen MPTCP subflows, set by a cgroup
+// sockops program on each subflow's next ACK after the rate changes, in
+// one of the CapWays. It sees the subflows established after it was
+// attached (it asks the kernel for a callback on every RTT sample of
+// each); older subflows are not limited.
 type Pacer struct {
-	mu   sync.Mutex
-	objs rateObjects
-	link link.Link
-	want map[Subflow4]uint64 // bytes per second
+	mu     sync.Mutex
+	way    CapWay
+	objs   rateObjects
+	link   link.Link
+	cc     capccObjects // ByCongestionControl
+	ccLink link.Link
+	ccName string
+	want   map[Subflow4]uint64 // bytes per second
 }
 
 // NewPacer loads and attaches the program for the network namespace with
-// the given cookie (0 = every namespace).
-func NewPacer(netnsCookie uint64) (*Pacer, error) {
+// the given cookie (0 = every namespace). ByCongestionControl also
+// registers the capping congestion control, under a name of this process
+// (congestion controls are named host-wide).
+func NewPacer(netnsCookie uint64, way CapWay) (*Pacer, error) {
 	spec, err := loadRate()
 	if err != nil {
 		return nil, err
 	}
-	p := &Pacer{want: map[Subflow4]uint64{}}
+	p := &Pacer{way: way, want: map[Subflow4]uint64{}}
+	if way == ByCongestionControl {
+		p.ccName = fmt.Sprintf("mpscap_%d", os.Getpid())
+		var name [16]byte
+		copy(name[:], p.ccName)
+		if err := spec.Variables["cap_cc"].Set(name); err != nil {
+			return nil, err
+		}
+	}
 	if err := bpfutil.LoadInNetns(spec, netnsCookie, &p.objs); err != nil {
 		return nil, fmt.Errorf("load the sockops rate program: %w", bpfutil.VerifierDetail(err))
 	}
+	if way == ByCongestionControl {
+		if err := p.loadCC(); err != nil {
+			p.objs.Close()
+			return nil, err
+		}
+	}
 	if p.link, err = bpfutil.AttachSockOps(p.objs.MpsteerRate, "rate"); err != nil {
+		p.closeCC()
 		p.objs.Close()
 		return nil, err
 	}
 	return p, nil
 }
+
+// loadCC loads the capping congestion control on the rate program's map
+// and registers it under p.ccName.
+func (p *Pacer) loadCC() error {
+	spec, err := loadCapcc()
+	if err != nil {
+		return err
+	}
+	ms := spec.Maps["mpsteer_capcc"]
+	st, ok := ms.Value.(*btf.Struct)
+	if !ok || len(ms.Contents) != 1 {
+		return errors.New("the capping congestion control's object has no tcp_congestion_ops")
+	}
+	val, ok := ms.Contents[0].Value.([]byte)
+	if !ok {
+		return errors.New("the capping congestion control's tcp_congestion_ops has no value")
+	}
+	val = slices.Clone(val)
+	for _, m := range st.Members {
+		if m.Name == "name" {
+			off := m.Offset.Bytes()
+			clear(val[off : off+16])
+			copy(val[off:off+15], p.ccName)
+		}
+	}
+	ms.Contents[0].Value = val
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"rate_limit": p.objs.RateLimit}}
+	if err := spec.LoadAndAssign(&p.cc, opts); err != nil {
+		return fmt.Errorf("load the capping congestion control (struct_ops tcp_congestion_ops): %w", bpfutil.VerifierDetail(err))
+	}
+	if p.ccLink, err = link.AttachStructOps(link.StructOpsOptions{Map: p.cc.MpsteerCapcc}); err != nil {
+		p.cc.Close()
+		return fmt.Errorf("register the capping congestion control %s: %w", p.ccName, err)
+	}
+	return nil
+}
+
+func (p *Pacer) closeCC() error {
+	if p.ccLink == nil {
+		return nil
+	}
+	return errors.Join(p.ccLink.Close(), p.cc.Close())
+}
+
+// CongestionControl is the name the capping congestion control is
+// registered under ("" unless ByCongestionControl).
+func (p *Pacer) CongestionControl() string { return p.ccName }
 
 func flowKey(sf Subflow4) rateFlowKey {
 	var k rateFlowKey
@@ -82,8 +166,7 @@ func (p *Pacer) Set(want map[Subflow4]uint64) error {
 		if _, keep := want[sf]; keep || old == Unlimited {
 			continue
 		}
-		k := flowKey(sf)
-		if err := p.objs.RateLimit.Update(&k, &rateRateVal{Rate: Unlimited}, ebpf.UpdateAny); err != nil {
+		if err := p.update(sf, Unlimited); err != nil {
 			errs = errors.Join(errs, err)
 			continue
 		}
@@ -93,16 +176,23 @@ func (p *Pacer) Set(want map[Subflow4]uint64) error {
 		if p.want[sf] == r {
 			continue
 		}
-		k := flowKey(sf)
-		var cur rateRateVal
-		_ = p.objs.RateLimit.Lookup(&k, &cur)
-		if err := p.objs.RateLimit.Update(&k, &rateRateVal{Rate: min(r, Unlimited), Applied: cur.Applied}, ebpf.UpdateAny); err != nil {
+		if err := p.update(sf, min(r, Unlimited)); err != nil {
 			errs = errors.Join(errs, err)
 			continue
 		}
 		p.want[sf] = r
 	}
 	return errs
+}
+
+// update writes a subflow's rate, keeping what the program wrote there
+// (what the socket has, the congestion control to go back to).
+func (p *Pacer) update(sf Subflow4, r uint64) error {
+	k := flowKey(sf)
+	var v rateRateVal
+	_ = p.objs.RateLimit.Lookup(&k, &v)
+	v.Rate, v.Via = r, uint32(p.way)
+	return p.objs.RateLimit.Update(&k, &v, ebpf.UpdateAny)
 }
 
 // Applied reports the rate the socket has taken (ok false: not yet, or
@@ -132,13 +222,23 @@ func (p *Pacer) Forget(live func(Subflow4) bool) {
 	}
 }
 
-// Stats counts subflows seen and rates set.
+// Stats counts subflows seen, rates set, congestion controls switched,
+// and (ByCongestionControl) ACKs seen by the capping congestion control
+// and windows it cut.
 func (p *Pacer) Stats() map[string]uint64 {
 	out := map[string]uint64{}
-	for i, name := range []string{"subflows", "rate_set", "failed"} {
+	for i, name := range []string{"subflows", "rate_set", "failed", "cc_switched"} {
 		var v uint64
 		if err := p.objs.RateStats.Lookup(uint32(i), &v); err == nil {
 			out[name] = v
+		}
+	}
+	if p.ccLink != nil {
+		for i, name := range []string{"cc_acks", "cc_windows_cut"} {
+			var v uint64
+			if err := p.cc.CapccStats.Lookup(uint32(i), &v); err == nil {
+				out[name] = v
+			}
 		}
 	}
 	return out
@@ -166,5 +266,8 @@ func (p *Pacer) Close(wait time.Duration) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return errors.Join(lift, p.link.Close(), p.objs.Close())
+	// A subflow still on the capping congestion control keeps it (and its
+	// cap) after this: the kernel holds the registration for the sockets
+	// that use it.
+	return errors.Join(lift, p.link.Close(), p.closeCC(), p.objs.Close())
 }

@@ -26,6 +26,9 @@ type rateRateVal struct {
 	_       structs.HostLayout
 	Rate    uint64
 	Applied uint64
+	Via     uint32
+	Pad     uint32
+	PriorCc [16]int8
 }
 
 // Names of all BPF objects in the ELF.
@@ -35,6 +38,7 @@ const (
 	rateMapRateLimit    = "rate_limit"
 	rateMapRateStats    = "rate_stats"
 	rateProgMpsteerRate = "mpsteer_rate"
+	rateVarCapCc        = "cap_cc"
 	rateVarNetnsCookie  = "netns_cookie"
 )
 
@@ -95,6 +99,7 @@ type rateMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rateVariableSpecs struct {
+	CapCc       *ebpf.VariableSpec `ebpf:"cap_cc"`
 	NetnsCookie *ebpf.VariableSpec `ebpf:"netns_cookie"`
 }
 
@@ -133,6 +138,7 @@ func (m *rateMaps) Close() error {
 //
 // It can be passed to loadRateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rateVariables struct {
+	CapCc       *ebpf.Variable `ebpf:"cap_cc"`
 	NetnsCookie *ebpf.Variable `ebpf:"netns_cookie"`
 }
 

@@ -146,10 +146,11 @@ func readKernelConfig(key string) (string, bool) {
 	return "", false
 }
 
-// Stats counts sockets seen, MPTCP subflows seen, and timeouts set.
+// Stats counts sockets seen, MPTCP subflows seen, timeouts set, and
+// answered probes given back the initial window.
 func (r *RTOCapper) Stats() map[string]uint64 {
 	out := map[string]uint64{}
-	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed", "syn_timeouts_set"} {
+	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed", "syn_timeouts_set", "probe_windows_restored"} {
 		var v uint64
 		if err := r.objs.RtoStats.Lookup(uint32(i), &v); err == nil {
 			out[name] = v

@@ -527,6 +527,97 @@ static __always_inline struct bpf_sock *local_sock(struct __sk_buff *skb, struct
 	return bpf_sk_lookup_tcp(skb, &t, size, BPF_F_CURRENT_NETNS, 0);
 }
 
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/* The MPTCP subflow context of a TCP socket (its ULP data), as a typed
+ * read-only pointer: its fields are then read directly (CO-RE), without
+ * a bpf_probe_read_kernel call each. */
+static __always_inline struct mptcp_subflow_context *subflow_ctx(struct tcp_sock *tp)
+{
+	void *ulp = tp->inet_conn.icsk_ulp_data;
+	if (!ulp)
+		return 0;
+	return bpf_rdonly_cast(ulp, bpf_core_type_id_kernel(struct mptcp_subflow_context));
+}
+
+/* What the socket-reading actors need of the packet's local socket, kept
+ * per CPU for the flow of the last packet that asked, for the rest of the
+ * jiffy it was read in (1-4 ms): the packets of a busy flow come in runs,
+ * and finding a socket (a hash lookup and a reference taken and dropped)
+ * costs more than the rest of such an actor. What is kept changes slowly
+ * (SRTT) or not at all (window scale); a backup flag changed by someone
+ * else is seen at the next jiffy. Per chain program (the map is its own),
+ * so one chain's packets never evict another's. sock_cache (the loader's,
+ * default on) turns it off, for the benchmark's cold figures. */
+struct sock_info {
+	__u64 jiffies; /* when it was read */
+	__u32 w[9];    /* the packet's addresses and ports (struct cx) */
+	__u32 egress;
+	__s32 backup;  /* the subflow's backup flag; -1: not an MPTCP subflow */
+	__u32 tcp;     /* a TCP socket was found */
+	__u32 wscale;  /* the shift of the window in this direction's packets */
+	__u32 srtt_us;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sock_info);
+} mpsteer_sock_cache SEC(".maps");
+
+volatile const __u32 sock_cache = 1;
+
+static __always_inline int same_flow(const struct sock_info *c, const struct cx *x, __u32 egress)
+{
+	__u32 d = c->egress ^ egress;
+#pragma unroll
+	for (int i = 0; i < 9; i++)
+		d |= c->w[i] ^ x->w[i];
+	return d == 0;
+}
+
+static __always_inline struct sock_info *sock_info(struct __sk_buff *skb, struct cx *x, __u32 egress)
+{
+	__u32 zero = 0;
+	struct sock_info *c = bpf_map_lookup_elem(&mpsteer_sock_cache, &zero);
+	if (!c)
+		return 0;
+	__u64 now = bpf_jiffies64();
+	if (sock_cache && c->jiffies == now && same_flow(c, x, egress))
+		return c;
+	c->tcp = 0;
+	c->backup = -1;
+	c->wscale = 0;
+	c->srtt_us = 0;
+	struct bpf_sock *sk = local_sock(skb, x, egress);
+	if (sk) {
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+		if (tp) {
+			c->tcp = 1;
+			/* Ingress: the peer's window, scaled by its shift (our
+			 * snd_wscale). Egress: ours, scaled by rcv_wscale. */
+			if (egress)
+				c->wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
+			else
+				c->wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.snd_wscale);
+			c->srtt_us = tp->srtt_us >> 3;
+			if (tp->is_mptcp) {
+				struct mptcp_subflow_context *sf = subflow_ctx(tp);
+				if (sf)
+					c->backup = BPF_CORE_READ_BITFIELD(sf, backup);
+			}
+		}
+		bpf_sk_release(sk);
+	}
+#pragma unroll
+	for (int i = 0; i < 9; i++)
+		c->w[i] = x->w[i];
+	c->egress = egress;
+	c->jiffies = now;
+	return c;
+}
+
 /* clamp_rwnd: lower the receive window advertised in the packet so that
  * the sender of the packet's subflow can have at most `window` bytes (or
  * rate × SRTT) in flight. Aware of window scaling; never on SYNs. */
@@ -546,28 +637,15 @@ static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64
 	if (th[1] & TCP_SYN)
 		return 0; /* SYN windows are not scaled: never touched */
 	__u16 old = (__u16)th[2] << 8 | th[3];
-	struct bpf_sock *sk = local_sock(skb, x, egress);
-	if (!sk)
+	const struct sock_info *si = sock_info(skb, x, egress);
+	if (!si || !si->tcp)
 		return A_SKIPPED;
-	__u32 wscale = 0, srtt = 0;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-	if (tp) {
-		/* Ingress: the peer's window, scaled by its shift (our
-		 * snd_wscale). Egress: ours, scaled by rcv_wscale. */
-		if (egress)
-			wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
-		else
-			wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.snd_wscale);
-		srtt = tp->srtt_us >> 3;
-	}
-	bpf_sk_release(sk);
-	if (!tp)
-		return A_SKIPPED;
+	__u32 wscale = si->wscale & 0xf;
 	__u64 want = window;
 	if (rate) {
-		if (!srtt)
+		if (!si->srtt_us)
 			return A_SKIPPED;
-		want = rate * srtt / 1000000;
+		want = rate * si->srtt_us / 1000000;
 		if (want < 1448)
 			want = 1448;
 	}
@@ -576,11 +654,12 @@ static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64
 		scaled = 1;
 	if (scaled >= old)
 		return 0; /* only ever lower it */
-	__u16 oldv = bpf_htons(old), newv = bpf_htons((__u16)scaled);
-	if (bpf_l4_csum_replace(skb, x->l4 + 16, oldv, newv, 2))
-		return A_SKIPPED;
-	if (bpf_skb_store_bytes(skb, x->l4 + 14, &newv, 2, 0))
-		return A_SKIPPED;
+	/* The window in place (th still points into the packet: nothing
+	 * changed it since), then the checksum by the kernel's helper. */
+	th[2] = scaled >> 8;
+	th[3] = scaled & 0xff;
+	if (bpf_l4_csum_replace(skb, x->l4 + 16, bpf_htons(old), bpf_htons((__u16)scaled), 2))
+		return A_ERROR | A_DROPPED | A_DROP; /* window changed, checksum not: never let it go */
 	return A_MODIFIED;
 }
 
@@ -696,19 +775,6 @@ static __always_inline int insert_opt(struct __sk_buff *skb, struct cx *x, __u8 
 	return 0;
 }
 
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
-
-/* The MPTCP subflow context of a TCP socket (its ULP data), as a typed
- * read-only pointer: its fields are then read directly (CO-RE), without
- * a bpf_probe_read_kernel call each. */
-static __always_inline struct mptcp_subflow_context *subflow_ctx(struct tcp_sock *tp)
-{
-	void *ulp = tp->inet_conn.icsk_ulp_data;
-	if (!ulp)
-		return 0;
-	return bpf_rdonly_cast(ulp, bpf_core_type_id_kernel(struct mptcp_subflow_context));
-}
-
 /* set_backup / clear_backup: add MP_PRIO to an incoming ACK of the
  * subflow, so that the local stack marks it backup (or not), as if the
  * peer had asked (the eMPTCP paper's set_flow_prio). The packet is only
@@ -718,17 +784,8 @@ static __always_inline int set_backup(struct __sk_buff *skb, struct cx *x, __u32
 	if ((x->flags & (TCP_SYN | TCP_RST)) || !(x->flags & TCP_ACK))
 		return 0;
 	want = want ? 1 : 0;
-	int have = -1;
-	struct bpf_sock *sk = local_sock(skb, x, 0);
-	if (sk) {
-		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-		if (tp && tp->is_mptcp) {
-			struct mptcp_subflow_context *sf = subflow_ctx(tp);
-			if (sf)
-				have = BPF_CORE_READ_BITFIELD(sf, backup);
-		}
-		bpf_sk_release(sk);
-	}
+	struct sock_info *si = sock_info(skb, x, 0);
+	int have = si ? si->backup : -1;
 	if (have == want)
 		return 0;
 	if (have < 0 && !force)
@@ -739,6 +796,10 @@ static __always_inline int set_backup(struct __sk_buff *skb, struct cx *x, __u32
 		return A_SKIPPED;
 	if (err)
 		return A_ERROR | A_DROPPED | A_DROP; /* half-rewritten: never let a broken packet go */
+	/* The stack flips the flag as it takes this packet: the flow's next
+	 * packets in this jiffy need no MP_PRIO of their own. */
+	if (si && have >= 0)
+		si->backup = want;
 	return A_MODIFIED;
 }
 

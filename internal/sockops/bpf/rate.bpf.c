@@ -6,36 +6,21 @@
 // MPTCP scheduler then sees a slow subflow and sends less there. A rate of
 // 2^32 - 1 B/s or more lifts the limit (the socket option is 32 bits wide:
 // caps reach 34 Gbit/s); the daemon deletes the entry once it is lifted.
+// The other way (via VIA_CC): the program switches a capped subflow to
+// the capping congestion control of bpf/capcc.bpf.c, and back to the one
+// it had when the cap is lifted.
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
 #define SOL_SOCKET 1
+#define SOL_TCP 6
 #define SO_MAX_PACING_RATE 47
-#define AF_INET 2
-#define AF_INET6 10
+#define TCP_CONGESTION 13
 
-struct flow_key {
-	__u32 family;
-	__u32 laddr[4]; /* network byte order, IPv4 in [0] */
-	__u32 raddr[4];
-	__u16 lport;    /* host byte order */
-	__u16 rport;
-};
+#include "rate.h"
 
-struct rate_val {
-	__u64 rate;    /* bytes per second; ≥ 2^32 - 1: no limit */
-	__u64 applied; /* what the socket has (written back here) */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct flow_key);
-	__type(value, struct rate_val);
-} rate_limit SEC(".maps");
-
-enum { RSTAT_SUBFLOWS, RSTAT_SET, RSTAT_FAILED, RSTAT_MAX };
+enum { RSTAT_SUBFLOWS, RSTAT_SET, RSTAT_FAILED, RSTAT_CC_SWITCHED, RSTAT_MAX };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -45,12 +30,62 @@ struct {
 } rate_stats SEC(".maps");
 
 volatile const __u64 netns_cookie = 0;
+/* The capping congestion control's name (set by the loader; empty: the
+ * VIA_CC way is not loaded). */
+volatile const char cap_cc[CC_NAME_MAX] = {};
 
 static __always_inline void rcount(__u32 i)
 {
 	__u64 *v = bpf_map_lookup_elem(&rate_stats, &i);
 	if (v)
 		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline int same_name(const char *a, const volatile char *b)
+{
+#pragma unroll
+	for (int i = 0; i < CC_NAME_MAX; i++) {
+		if (a[i] != b[i])
+			return 0;
+		if (!a[i])
+			return 1;
+	}
+	return 1;
+}
+
+/* VIA_CC: a capped subflow runs the capping congestion control (which
+ * holds its window to rate × SRTT); a lifted one goes back to the one it
+ * had. */
+static __always_inline void apply_cc(struct bpf_sock_ops *skops, struct rate_val *v)
+{
+	char cur[CC_NAME_MAX] = {};
+	if (!cap_cc[0] || bpf_getsockopt(skops, SOL_TCP, TCP_CONGESTION, cur, sizeof(cur))) {
+		rcount(RSTAT_FAILED);
+		return;
+	}
+	int capping = same_name(cur, cap_cc);
+	long err = 0, switched = 0;
+	if (v->rate < RATE_UNLIMITED && !capping) {
+		switched = 1;
+		__builtin_memcpy(v->prior_cc, cur, sizeof(cur));
+		char want[CC_NAME_MAX];
+#pragma unroll
+		for (int i = 0; i < CC_NAME_MAX; i++)
+			want[i] = cap_cc[i];
+		err = bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, want, sizeof(want));
+	} else if (v->rate >= RATE_UNLIMITED && capping && v->prior_cc[0]) {
+		switched = 1;
+		char prior[CC_NAME_MAX];
+		__builtin_memcpy(prior, v->prior_cc, sizeof(prior));
+		err = bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, prior, sizeof(prior));
+	}
+	if (err) {
+		rcount(RSTAT_FAILED);
+		return;
+	}
+	v->applied = v->rate;
+	if (switched)
+		rcount(RSTAT_CC_SWITCHED);
 }
 
 static __always_inline void apply(struct bpf_sock_ops *skops)
@@ -77,6 +112,10 @@ static __always_inline void apply(struct bpf_sock_ops *skops)
 	struct rate_val *v = bpf_map_lookup_elem(&rate_limit, &k);
 	if (!v || v->applied == v->rate)
 		return;
+	if (v->via == VIA_CC) {
+		apply_cc(skops, v);
+		return;
+	}
 	/* bpf_setsockopt takes an int here; ~0U means no limit. */
 	__u32 rate = v->rate >= 0xffffffffULL ? 0xffffffffU : (__u32)v->rate;
 	if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) == 0) {

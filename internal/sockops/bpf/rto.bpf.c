@@ -8,6 +8,11 @@
 // the kernel retransmits a SYN at this interval, tcp_syn_linear_timeouts
 // times, before it backs off; a probe gets 127 retries and a backoff
 // capped at a second, so that it probes for as long as the path is silent).
+// When such a probe is answered, its window starts at the usual initial
+// window again: the kernel starts a subflow whose SYN was retransmitted
+// with a window of one segment (RFC 5681's guard against a congested
+// path), but a probe's SYNs were lost because the path was down, not
+// congested, and one segment would take five round trips to fill the path.
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -15,6 +20,8 @@
 #define SOL_TCP 6
 #define TCP_SYNCNT 7
 #define TCP_RTO_MAX_MS 44
+#define TCP_BPF_IW 1001
+#define TCP_INIT_CWND 10
 #define AF_INET 2
 #define AF_INET6 10
 
@@ -37,7 +44,7 @@ struct {
 	__type(value, __u32); // SYN timeout in jiffies
 } syn_rto SEC(".maps");
 
-enum { STAT_SEEN, STAT_MPTCP, STAT_SET, STAT_FAILED, STAT_SYN, STAT_MAX };
+enum { STAT_SEEN, STAT_MPTCP, STAT_SET, STAT_FAILED, STAT_SYN, STAT_IW, STAT_MAX };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -126,6 +133,15 @@ int mpsteer_rto(struct bpf_sock_ops *skops)
 	struct addr_key key = {};
 	if (local_key(skops, &key))
 		return 1;
+	// An answered probe: the window its SYN retransmissions cut to one
+	// segment back to the initial window (before any data is sent: the
+	// kernel allows TCP_BPF_IW only then).
+	if (skops->op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && skops->snd_cwnd < TCP_INIT_CWND &&
+	    skops->total_retrans > 1 && bpf_map_lookup_elem(&syn_rto, &key)) {
+		int iw = TCP_INIT_CWND;
+		if (bpf_setsockopt(skops, SOL_TCP, TCP_BPF_IW, &iw, sizeof(iw)) == 0)
+			count(STAT_IW);
+	}
 	__u32 *ms = bpf_map_lookup_elem(&rto_max, &key);
 	if (!ms)
 		return 1;
