@@ -526,7 +526,7 @@ func (d *Daemon) syncRequirements() {
 	}
 	if req.Limits && d.rates != nil {
 		if err := d.rates.Ready(); err != nil {
-			d.log.Printf("rate caps cannot be set by pacing: %v", err)
+			d.log.Printf("rate caps cannot be set (rate_via: %s): %v", d.cfg.RateVia, err)
 		}
 	}
 	d.syncInitial(req) // initial.go

@@ -57,7 +57,7 @@ type Prefer struct {
 	// NotSentLowat bounds the unsent data MPTCP queues on each subflow
 	// (TCP_NOTSENT_LOWAT): when the preferred path is back, the other
 	// subflows are set backup but still send what they hold, which with
-	// the kernel's send buffers took seconds. Default 64KiB under the
+	// the kernel's send buffers took seconds. Default 16KiB under the
 	// userspace path manager (the fast return), else 0 (left alone).
 	NotSentLowat units.Size
 	// mesh opens the connection's other subflows when the userspace path
@@ -202,7 +202,7 @@ func NewPrefer(env Env) *Prefer {
 		p.mesh = NewFullmesh(env)
 		p.mesh.ConnStallTimeout = 0
 		p.ProbeInterval = defaultProbeInterval
-		p.NotSentLowat = 64 << 10
+		p.NotSentLowat = 16 << 10
 	}
 	return p
 }
