@@ -235,9 +235,13 @@ func (p *Pacer) Stats() map[string]uint64 {
 	}
 	if p.ccLink != nil {
 		for i, name := range []string{"cc_acks", "cc_windows_cut"} {
-			var v uint64
-			if err := p.cc.CapccStats.Lookup(uint32(i), &v); err == nil {
-				out[name] = v
+			var per []uint64
+			if err := p.cc.CapccStats.Lookup(uint32(i), &per); err == nil {
+				var sum uint64
+				for _, v := range per {
+					sum += v
+				}
+				out[name] = sum
 			}
 		}
 	}

@@ -627,16 +627,21 @@ struct clamp_args {
 	__u32 egress;
 };
 
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+#define CHECKSUM_PARTIAL 3
+
 static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64 rate, __u32 window, __u32 egress)
 {
-	/* flags and window, read from the packet (an earlier step may have
-	 * changed them) */
-	__u8 *th = header(skb, (x->l4 & 0xff) + 12, 4);
+	/* flags, window and checksum, read from the packet (an earlier step
+	 * may have changed them) */
+	__u8 *th = header(skb, (x->l4 & 0xff) + 12, 6);
 	if (!th)
 		return A_SKIPPED;
 	if (th[1] & TCP_SYN)
 		return 0; /* SYN windows are not scaled: never touched */
 	__u16 old = (__u16)th[2] << 8 | th[3];
+	__u16 oldw = *(__u16 *)(th + 2), oldc = *(__u16 *)(th + 4); /* as in the packet */
 	const struct sock_info *si = sock_info(skb, x, egress);
 	if (!si || !si->tcp)
 		return A_SKIPPED;
@@ -654,12 +659,27 @@ static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64
 		scaled = 1;
 	if (scaled >= old)
 		return 0; /* only ever lower it */
-	/* The window in place (th still points into the packet: nothing
-	 * changed it since), then the checksum by the kernel's helper. */
-	th[2] = scaled >> 8;
-	th[3] = scaled & 0xff;
-	if (bpf_l4_csum_replace(skb, x->l4 + 16, bpf_htons(old), bpf_htons((__u16)scaled), 2))
-		return A_ERROR | A_DROPPED | A_DROP; /* window changed, checksum not: never let it go */
+	/* The window and its checksum in one store (one helper call, which
+	 * makes only these bytes writable; a write in place would make the
+	 * verifier unclone every packet the chain sees). The checksum as the
+	 * kernel's bpf_l4_csum_replace would leave it: with CHECKSUM_PARTIAL
+	 * the field holds only the pseudo-header's sum and the window is
+	 * summed later, so it stays; otherwise RFC 1624's update, which also
+	 * keeps the segment's sum (a CHECKSUM_COMPLETE skb->csum) as it was. */
+	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
+	__u16 w[2];
+	w[0] = bpf_htons((__u16)scaled);
+	w[1] = oldc;
+	__u32 n = 2;
+	if (BPF_CORE_READ_BITFIELD(kskb, ip_summed) != CHECKSUM_PARTIAL) {
+		__u32 sum = (__u16)~oldc + (__u16)~oldw + w[0];
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		w[1] = ~sum;
+		n = 4;
+	}
+	if (bpf_skb_store_bytes(skb, x->l4 + 14, w, n, 0))
+		return A_SKIPPED;
 	return A_MODIFIED;
 }
 

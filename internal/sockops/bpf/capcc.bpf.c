@@ -18,8 +18,9 @@ extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
 
 enum { CSTAT_ACKS, CSTAT_CUT, CSTAT_MAX };
 
+/* Per CPU: counted on every ACK of a capped subflow. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, CSTAT_MAX);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -29,7 +30,7 @@ static __always_inline void ccount(__u32 i)
 {
 	__u64 *v = bpf_map_lookup_elem(&capcc_stats, &i);
 	if (v)
-		__sync_fetch_and_add(v, 1);
+		*v += 1;
 }
 
 /* The window that carries rate bytes per second at the subflow's SRTT,
