@@ -66,13 +66,19 @@ type TransferResult struct {
 	// The program that only returns, per GB moved in its rounds.
 	NoopCPUSecPerGB float64 `json:"noop_program_cpu_s_per_gb"`
 	// ChainNsPerPacket / NoopNsPerPacket, both from the same run.
-	ChainRatioToNoop  float64  `json:"chain_ratio_to_noop_live"`
-	TargetChainCPUPct float64  `json:"target_chain_cpu_pct_of_busy"`
-	ChainPackets      uint64   `json:"packets_through_chains"`
-	Chains            []string `json:"chains"`
-	TargetRatio       float64  `json:"target_goodput_ratio"`
-	TargetCPUAddedPct float64  `json:"target_cpu_added_pct"`
-	Setup             string   `json:"setup"`
+	ChainRatioToNoop float64 `json:"chain_ratio_to_noop_live"`
+	// ChainCPUPctAboveNoop: chain_cpu_pct_of_busy less what a program that
+	// only returns costs per packet at the same hooks (its share of each
+	// packet's measured time, 1/chain_ratio_to_noop_live): the chain's
+	// own work, without what every TC program pays here, the kernel's
+	// timing of each run (two clock reads) included.
+	ChainCPUPctAboveNoop float64  `json:"chain_cpu_pct_of_busy_above_noop"`
+	TargetChainCPUPct    float64  `json:"target_chain_cpu_pct_of_busy"`
+	ChainPackets         uint64   `json:"packets_through_chains"`
+	Chains               []string `json:"chains"`
+	TargetRatio          float64  `json:"target_goodput_ratio"`
+	TargetCPUAddedPct    float64  `json:"target_cpu_added_pct"`
+	Setup                string   `json:"setup"`
 }
 
 // linkRate shapes each client link of the transfer benchmarks.
@@ -282,6 +288,7 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 	res.NoopCPUSecPerGB = noopCPU.Seconds() / (bytesOff / 1e9)
 	if res.NoopNsPerPacket > 0 {
 		res.ChainRatioToNoop = res.ChainNsPerPacket / res.NoopNsPerPacket
+		res.ChainCPUPctAboveNoop = res.ChainCPUPct * max(0, 1-1/res.ChainRatioToNoop)
 	}
 	return res, nil
 }

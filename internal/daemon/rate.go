@@ -221,7 +221,7 @@ func (a *rateActuator) Restore() []api.ActionRecord {
 	return out
 }
 
-// Stats reports the rate program's counters (pacing).
+// Stats reports the rate program's counters (pacing, cc).
 func (a *rateActuator) Stats() map[string]uint64 {
 	if a.pacer == nil {
 		return nil
