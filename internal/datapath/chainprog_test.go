@@ -1,11 +1,9 @@
 package datapath
 
 import (
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -153,11 +151,7 @@ func TestMaxStepChainsLoadAndRun(t *testing.T) {
 // chain selected.
 func TestReplaceIsAtomicUnderTraffic(t *testing.T) {
 	h := newHarness(t)
-	ns := fmt.Sprintf("mpst-repl%d", os.Getpid()%100000)
-	if err := netnsutil.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netnsutil.Delete(ns) })
+	ns := testNetns(t, "mpst-repl")
 
 	versions := []string{"count count", "mark(mark=1) count count count", "count mark(mark=2) count"}
 	var id uint32
@@ -269,11 +263,7 @@ func TestReplaceIsAtomicUnderTraffic(t *testing.T) {
 // the chain goes on working.
 func TestMoveReordersAndKeepsCounters(t *testing.T) {
 	h := newHarness(t)
-	ns := fmt.Sprintf("mpst-move%d", os.Getpid()%100000)
-	if err := netnsutil.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netnsutil.Delete(ns) })
+	ns := testNetns(t, "mpst-move")
 	order := func() []ebpf.ProgramID {
 		var ids []ebpf.ProgramID
 		err := netnsutil.Do(ns, func() error {

@@ -22,11 +22,7 @@ import (
 // second packet is served by the socket read the chain kept.
 func TestClampRwndRewritesWindowAndChecksum(t *testing.T) {
 	h := newHarness(t)
-	ns := fmt.Sprintf("mpsteer-clamp%d", os.Getpid()%100000)
-	if err := netnsutil.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netnsutil.Delete(ns) })
+	ns := testNetns(t, "mpst-clamp")
 	_, clamp := h.chain("", "clamp_rwnd(4KiB)")
 	err := netnsutil.Do(ns, func() error {
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -86,4 +82,16 @@ func TestClampRwndRewritesWindowAndChecksum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testNetns creates a network namespace of the test's own (loopback up),
+// removed when the test ends.
+func testNetns(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
+	if err := netnsutil.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netnsutil.Delete(ns) })
+	return ns
 }
