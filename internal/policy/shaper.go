@@ -371,10 +371,20 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		share := rate / math.Max(mainRate, 1)
 		// A joiner that carries far less (a quarter of SlowShare) goes
 		// aside early, once the main path has had its warm-up RTTs: every
-		// round it stays costs what its slow deliveries hold up.
+		// round it stays costs what its slow deliveries hold up. Once it
+		// has had 10 of its RTTs (out of slow start) that is judged by what
+		// it delivered: its window per RTT counts what waits in its queue
+		// too, and overstates a slow path (6.2 against the 4 Mbit/s a path
+		// delivered, which kept it on 250 ms longer). Not the end of an
+		// entry, whose share of SlowShare a path still ramping up must
+		// reach too: what it delivered since its entry holds its ramp.
 		early := now.Sub(s.entryAt) >= max(100*time.Millisecond, 3*baseRTT(sf)) &&
 			now.Sub(ms.seen) >= time.Duration(p.WarmupRTTs*float64(max(main.SRTT, time.Millisecond))) &&
-			mainRate > 0 && share < p.SlowShare/4
+			mainRate > 0
+		if early && elapsed >= 10*baseRTT(sf).Seconds() && own/math.Max(mainRate, 1) < p.SlowShare/4 {
+			rate, share = own, own/math.Max(mainRate, 1)
+		}
+		early = early && share < p.SlowShare/4
 		if (now.Before(s.entryUntil) || warming) && !early {
 			continue
 		}
