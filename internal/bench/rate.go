@@ -16,7 +16,6 @@ import (
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/lab/world"
-	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 )
 
@@ -169,12 +168,7 @@ func rateRun(ctx context.Context, binary, via string) (RateWay, []ratePoint, err
 		return w, nil, err
 	}
 	defer d.stop()
-	h, err := netnsutil.Open(client)
-	if err != nil {
-		return w, nil, err
-	}
-	sampler, err := observe.NewSampler(int(h))
-	h.Close()
+	sampler, err := observe.NewSamplerIn(client)
 	if err != nil {
 		return w, nil, err
 	}

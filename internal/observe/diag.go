@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"mpsteer/internal/netnsutil"
 	"net/netip"
 	"time"
 	"unsafe"
@@ -139,6 +140,17 @@ const dumpBufferSize = 64 << 10
 type Sampler struct {
 	c        *netlink.Conn
 	noCompat bool // the kernel refused TCPDIAG_GETSOCK
+}
+
+// NewSamplerIn opens a sampler in the named network namespace
+// (/run/netns/NAME).
+func NewSamplerIn(ns string) (*Sampler, error) {
+	h, err := netnsutil.Open(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	return NewSampler(int(h))
 }
 
 // NewSampler opens a sock_diag socket in the namespace given by the open

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 )
 
@@ -112,12 +111,7 @@ func RepoRoot() string {
 // test ends.
 func Sampler(t testing.TB, ns string) *observe.Sampler {
 	t.Helper()
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	s, err := observe.NewSampler(int(h))
+	s, err := observe.NewSamplerIn(ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 )
 
@@ -32,23 +31,14 @@ type Recorder struct {
 func New(clientNS, serverNS string) (*Recorder, error) {
 	r := &Recorder{}
 	var err error
-	if r.client, err = open(clientNS); err != nil {
+	if r.client, err = observe.NewSamplerIn(clientNS); err != nil {
 		return nil, err
 	}
-	if r.server, err = open(serverNS); err != nil {
+	if r.server, err = observe.NewSamplerIn(serverNS); err != nil {
 		r.client.Close()
 		return nil, err
 	}
 	return r, nil
-}
-
-func open(ns string) (*observe.Sampler, error) {
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	return observe.NewSampler(int(h))
 }
 
 // Close releases the samplers.
