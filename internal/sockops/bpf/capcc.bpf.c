@@ -64,11 +64,17 @@ static __always_inline __u32 cap_window(struct sock *sk)
 	return w < 2 ? 2 : (__u32)w;
 }
 
-static __always_inline void cap(struct sock *sk)
+/* The window cap, kept between callbacks in the congestion control's
+ * private area (Reno keeps nothing there): pkts_acked looks it up once
+ * per ACK, cong_avoid (later on the same ACK) reuses it. 0: no cap. */
+static __always_inline __u32 *kept_window(struct sock *sk)
+{
+	return (__u32 *)((struct inet_connection_sock *)sk)->icsk_ca_priv;
+}
+
+static __always_inline void cap(struct sock *sk, __u32 w)
 {
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	__u32 w = cap_window(sk);
-	ccount(CSTAT_ACKS);
 	if (w && tp->snd_cwnd > w) {
 		tp->snd_cwnd = w;
 		ccount(CSTAT_CUT);
@@ -78,6 +84,7 @@ static __always_inline void cap(struct sock *sk)
 SEC("struct_ops")
 void BPF_PROG(capcc_init, struct sock *sk)
 {
+	*kept_window(sk) = 0;
 }
 
 SEC("struct_ops")
@@ -86,19 +93,24 @@ __u32 BPF_PROG(capcc_ssthresh, struct sock *sk)
 	return tcp_reno_ssthresh(sk);
 }
 
+/* Reno's growth, then the cap pkts_acked found on this ACK. */
 SEC("struct_ops")
 void BPF_PROG(capcc_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
 	tcp_reno_cong_avoid(sk, ack, acked);
-	cap(sk);
+	cap(sk, *kept_window(sk));
 }
 
-/* Every ACK that acknowledges data, also in recovery (when cong_avoid is
- * not called): a cap lowered since the last ACK takes effect at once. */
+/* Every ACK that acknowledges data, before cong_avoid and also in
+ * recovery (when cong_avoid is not called): the cap is looked up here, so
+ * one lowered since the last ACK takes effect at once. */
 SEC("struct_ops")
 void BPF_PROG(capcc_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
-	cap(sk);
+	__u32 w = cap_window(sk);
+	*kept_window(sk) = w;
+	ccount(CSTAT_ACKS);
+	cap(sk, w);
 }
 
 SEC("struct_ops")
