@@ -117,7 +117,7 @@ static __always_inline void apply(struct bpf_sock_ops *skops)
 		return;
 	}
 	/* bpf_setsockopt takes an int here; ~0U means no limit. */
-	__u32 rate = v->rate >= 0xffffffffULL ? 0xffffffffU : (__u32)v->rate;
+	__u32 rate = v->rate >= RATE_UNLIMITED ? (__u32)RATE_UNLIMITED : (__u32)v->rate;
 	if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) == 0) {
 		v->applied = rate;
 		rcount(RSTAT_SET);
