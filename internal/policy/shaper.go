@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	"mpsteer/internal/observe"
@@ -32,6 +33,13 @@ import (
 //   - free: it passed. It is set aside again (and retried the same way)
 //     when the connection delivers Margin less than its main path alone
 //     for a second: the paper's threshold, as a safety net;
+//   - waited on: a far path (see capped) goes aside when, in HeldShare
+//     of the rounds of the last 3 s, the main path sat nearly idle (less
+//     than a quarter of its window in flight) while this one had data in
+//     flight: the connection's window was full of what waits for it,
+//     which no share of the bytes it carries shows, and which the safety
+//     net cannot see when the main path has never carried alone (many
+//     connections that share a slow path, each held by its window);
 //   - capped (InTimeCaps): a far path (base RTT SlowFactor× the main
 //     one's) is held to what arrives in time within the receive window W:
 //     the window spans what is sent over the lag between a byte sent there
@@ -64,6 +72,9 @@ type shaper struct {
 	// SlowShare: a near joiner that carries less than this share of the
 	// main path's bytes in its entry period goes aside.
 	SlowShare float64
+	// HeldShare: a far path goes aside when the main path waited on it in
+	// this share of the last 3 s's rounds (0: never).
+	HeldShare float64
 	// FarTrialRTTs: a far joiner's first trial waits this many of its RTTs
 	// (at least Retry).
 	FarTrialRTTs float64
@@ -80,6 +91,30 @@ type shaper struct {
 	// 192 to 13 Mbit/s).
 	NotSentLowat units.Size
 	conns        map[uint32]*shapeConn
+	// addrTrials: when each aside subflow's next trial is due, by local
+	// address, and the trials running (a zero time), as the last round
+	// left them. A trial waits for every other aside subflow from its
+	// address and for the trials running there, so that one address's
+	// trials start together, in one round: under the kernel path manager
+	// the backup flag is the address's, and one connection's trial puts
+	// every connection's subflow from it back to work.
+	addrTrials []addrTrial
+}
+
+type addrTrial struct {
+	addr netip.Addr
+	due  time.Time
+}
+
+// trialDue tells whether every aside subflow from addr is due for its
+// trial and none from it is on trial since an earlier round.
+func (p *shaper) trialDue(now time.Time, addr netip.Addr) bool {
+	for _, t := range p.addrTrials {
+		if t.addr == addr && (t.due.IsZero() || now.Before(t.due)) {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *shaper) requirements() Requirements {
@@ -100,6 +135,7 @@ func (p *shaper) parse(m *yamlcfg.Map) {
 	p.NearerFactor = m.Float("nearer_factor", p.NearerFactor, 0, 1000)
 	p.EntryFactor = m.Float("entry_factor", p.EntryFactor, 1, 1000)
 	p.SlowShare = float64(m.Fraction("slow_share", units.Fraction(p.SlowShare)))
+	p.HeldShare = float64(m.Fraction("held_share", units.Fraction(p.HeldShare)))
 	p.FarTrialRTTs = m.Float("far_trial_rtts", p.FarTrialRTTs, 0, 1000)
 	p.Headroom = float64(m.Fraction("headroom", units.Fraction(p.Headroom)))
 	if p.Headroom <= 0 && !m.Failed("headroom") {
@@ -114,7 +150,7 @@ func (p *shaper) parse(m *yamlcfg.Map) {
 }
 
 func newShaper() shaper {
-	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true, SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, FarTrialRTTs: 25,
+	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true, SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25,
 		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}}
 }
 
@@ -166,6 +202,11 @@ type shapeSub struct {
 	entryUntil time.Time
 	entryBytes uint64
 	mainBytes  uint64
+	// held: 1 for each round in which the main path sat nearly idle while
+	// this one had data in flight, else 0, over 3 s; heldAsides: how often
+	// that set it aside.
+	held       recentRates
+	heldAsides int
 }
 
 // ShapeSubflowStatus is one subflow's numbers and state.
@@ -204,6 +245,17 @@ func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
 	var out []Action
 	var status []ShapeConnStatus
 	live := map[uint32]bool{}
+	p.addrTrials = p.addrTrials[:0]
+	for _, st := range p.conns {
+		for id, sub := range st.subs {
+			switch {
+			case sub.state == shAside && !sub.nextTrial.IsZero():
+				p.addrTrials = append(p.addrTrials, addrTrial{id.Local.Addr(), sub.nextTrial})
+			case sub.state == shTrial:
+				p.addrTrials = append(p.addrTrials, addrTrial{id.Local.Addr(), time.Time{}})
+			}
+		}
+	}
 	for _, c := range s.Conns {
 		live[c.Token] = true
 		acts, cs := p.shape(s.Now, c)
@@ -404,6 +456,26 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		}
 	}
 
+	// Far paths the main path waits on (see HeldShare).
+	if p.HeldShare > 0 && !warming {
+		for _, sf := range c.Subflows {
+			s, id := st.subs[ID(sf)], ID(sf)
+			if id == mainID || !(s.state == shEntry || s.state == shFree || s.state == shCapped) || !p.far(sf, main) {
+				continue
+			}
+			waited := 0.0
+			if main.Cwnd > 10 && 4*main.Unacked < main.Cwnd && sf.Unacked > 0 {
+				waited = 1
+			}
+			s.held.add(now, waited, 3*time.Second)
+			if s.held.span() >= 2*time.Second && s.held.mean() >= p.HeldShare {
+				s.heldAsides++
+				p.setAside(now, s, fmt.Sprintf("the main path sat idle while it held data in %.0f%% of the last %s: the connection waited on it",
+					100*s.held.mean(), fmtMs(s.held.span())))
+			}
+		}
+	}
+
 	// The safety net: the connection delivers less than without its other
 	// paths (what it did before the last trial, or its main path's level,
 	// the best 3 s median of the last 30 s), for a second (and 2 RTTs of
@@ -444,7 +516,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 			s := st.subs[ID(sf)]
 			// (Only while the connection delivers at its level: a trial
 			// against a ramping or recovering baseline would pass anything.)
-			if s.state == shAside && !now.Before(s.nextTrial) && st.recent.median() > 0 && st.recent.median() >= (1-p.Margin)*ms.level.max() {
+			if s.state == shAside && !now.Before(s.nextTrial) && p.trialDue(now, ID(sf).Local.Addr()) && st.recent.median() > 0 && st.recent.median() >= (1-p.Margin)*ms.level.max() {
 				st.trial = ID(sf)
 				// Without it: what the connection delivered lately, at least
 				// what its main path alone carries (the last seconds may
@@ -468,7 +540,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		if id != mainID && s.state != shAside && p.InTimeCaps {
 			// What arrives in time on a far path.
 			lag := (rtt + baseRTT(main)) / 2
-			if rtt > 0 && baseRTT(main) > 0 && float64(flooredRTT(rtt)) > p.SlowFactor*float64(flooredRTT(baseRTT(main))) {
+			if p.far(sf, main) {
 				inTime := inTimeRate(p.Headroom*float64(wnd), lag, mainNow)
 				switch {
 				case inTime < burst/lag.Seconds():
@@ -534,6 +606,13 @@ func (p *shaper) nearJoin(st *shapeConn, c *Conn, sf observe.Subflow) bool {
 	return best > 0 && float64(flooredRTT(rtt)) <= p.EntryFactor*float64(flooredRTT(best))
 }
 
+// far tells whether a subflow's base RTT is SlowFactor× the main path's:
+// what it carries lags enough to hold the connection up.
+func (p *shaper) far(sf, main observe.Subflow) bool {
+	rtt, mrtt := baseRTT(sf), baseRTT(main)
+	return rtt > 0 && mrtt > 0 && float64(flooredRTT(rtt)) > p.SlowFactor*float64(flooredRTT(mrtt))
+}
+
 // inTimeRate is the largest rate r (bytes/s) a far path may carry beside
 // a main path carrying c so that what it sends arrives in time within the
 // window hw, when its data lags lag behind and every burst of 64 KiB waits
@@ -588,7 +667,9 @@ func (p *shaper) judge(now time.Time, st *shapeConn, s *shapeSub, c *Conn) {
 	}
 	st.trial = SubflowID{}
 	if during >= (1+p.Gain)*s.before {
-		s.state, s.retry = shFree, p.Retry
+		// (A path the main path was seen waiting on keeps its longer
+		// wait: a trial among many connections can pass on noise.)
+		s.state, s.retry = shFree, p.Retry<<min(s.heldAsides, 4)
 		s.why = fmt.Sprintf("passed its trial: the connection delivered %s with it, %s without", mbit(during), mbit(s.before))
 		return
 	}
@@ -597,7 +678,7 @@ func (p *shaper) judge(now time.Time, st *shapeConn, s *shapeSub, c *Conn) {
 
 // setAside makes a subflow backup until its next trial.
 func (p *shaper) setAside(now time.Time, s *shapeSub, why string) {
-	s.state, s.nextTrial = shAside, now.Add(s.retry)
+	s.state, s.nextTrial, s.held = shAside, now.Add(s.retry), recentRates{}
 	s.why = fmt.Sprintf("set aside (%s); next trial in %s", why, s.retry)
 	s.retry = min(2*s.retry, 16*p.Retry)
 }
@@ -633,6 +714,26 @@ func (r *recentRates) add(now time.Time, v float64, window time.Duration) {
 		i++
 	}
 	r.at, r.v = r.at[i:], r.v[i:]
+}
+
+// mean is the rates' mean (0: none).
+func (r *recentRates) mean() float64 {
+	if len(r.v) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, v := range r.v {
+		sum += v
+	}
+	return sum / float64(len(r.v))
+}
+
+// span is the time its values cover.
+func (r *recentRates) span() time.Duration {
+	if len(r.at) == 0 {
+		return 0
+	}
+	return r.at[len(r.at)-1].Sub(r.at[0])
 }
 
 func (r *recentRates) median() float64 {

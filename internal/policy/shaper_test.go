@@ -56,41 +56,66 @@ func newShapeSim(t *testing.T, p Policy, wnd uint32, paths ...pathSim) *shapeSim
 func (s *shapeSim) id(i int) SubflowID { return ID(s.sfs[i]) }
 
 // run plays rounds of 100 ms.
-func (s *shapeSim) run(rounds int) {
+func (s *shapeSim) run(rounds int) { runShapeSims(rounds, s) }
+
+// runShapeSims plays rounds of 100 ms of several connections under one
+// policy (theirs: the first's), each with its own token.
+func runShapeSims(rounds int, sims ...*shapeSim) {
+	p := sims[0].p
 	for r := 0; r < rounds; r++ {
-		var others, harm float64
-		harm = 1
-		for i, ps := range s.paths {
-			rate := ps.capacity
-			if a, ok := s.caps[s.id(i)]; ok && a.Rate > 0 {
-				rate = math.Min(rate, float64(a.Rate))
+		snap := &Snapshot{Now: sims[0].now}
+		for i, s := range sims {
+			c := s.step()
+			c.Token = uint32(7 + i)
+			for j := range c.Subflows {
+				c.Subflows[j].Token = c.Token
 			}
-			if s.backups[s.id(i)].Backup {
-				rate = 0
-			}
-			s.sfs[i].BytesAcked += uint64(rate / 8 * 0.1)
-			if ps.harm > 0 && rate > 0 {
-				harm = ps.harm
-			} else {
-				others += rate
-			}
+			snap.Conns = append(snap.Conns, c)
 		}
-		s.conn += uint64(others * harm / 8 * 0.1)
-		c := conn(s.sfs...)
-		c.RemoteAddrs = nil
-		c.BytesAcked = s.conn
-		for _, a := range decideAt(s.p, s.now, c) {
-			switch a.Kind {
-			case Limit:
-				s.caps[a.Subflow] = a
-			case Backup:
-				if prev, ok := s.backups[a.Subflow]; ok && prev.Backup && !a.Backup {
-					s.trials[a.Subflow]++
-				}
-				s.backups[a.Subflow] = a
-			}
+		for _, a := range p.Decide(snap) {
+			sims[a.Token-7].apply(a)
 		}
-		s.now = s.now.Add(100 * ms)
+		for _, s := range sims {
+			s.now = s.now.Add(100 * ms)
+		}
+	}
+}
+
+// step delivers one round's bytes and returns the connection.
+func (s *shapeSim) step() *Conn {
+	var others, harm float64
+	harm = 1
+	for i, ps := range s.paths {
+		rate := ps.capacity
+		if a, ok := s.caps[s.id(i)]; ok && a.Rate > 0 {
+			rate = math.Min(rate, float64(a.Rate))
+		}
+		if s.backups[s.id(i)].Backup {
+			rate = 0
+		}
+		s.sfs[i].BytesAcked += uint64(rate / 8 * 0.1)
+		if ps.harm > 0 && rate > 0 {
+			harm = ps.harm
+		} else {
+			others += rate
+		}
+	}
+	s.conn += uint64(others * harm / 8 * 0.1)
+	c := conn(s.sfs...)
+	c.RemoteAddrs = nil
+	c.BytesAcked = s.conn
+	return c
+}
+
+func (s *shapeSim) apply(a Action) {
+	switch a.Kind {
+	case Limit:
+		s.caps[a.Subflow] = a
+	case Backup:
+		if prev, ok := s.backups[a.Subflow]; ok && prev.Backup && !a.Backup {
+			s.trials[a.Subflow]++
+		}
+		s.backups[a.Subflow] = a
 	}
 }
 
@@ -315,5 +340,64 @@ func TestShaperSetsAsideThePathThatTurnedBadNotTheGoodOne(t *testing.T) {
 	}
 	if !aside {
 		t.Fatalf("4 s after its path turned bad the joiner was never set aside: %+v", s.backups[s.id(1)])
+	}
+}
+
+func TestShaperSetsAsideAFarPathTheMainPathWaitsOn(t *testing.T) {
+	// 100 ms against 40 ms: near enough to enter (within EntryFactor), far
+	// enough to lag. It carries 40% of the main path's rate, so its entry
+	// keeps it; but the main path sits idle (nothing in flight) while it
+	// has data in flight: the connection waits on it.
+	s := newShapeSim(t, NewECF(), 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, 0})
+	s.sfs[0].Unacked, s.sfs[1].Unacked = 0, 30
+	s.run(10)
+	if b := s.backups[s.id(1)]; b.Backup {
+		t.Fatalf("after 1 s: %+v, want carrying (entered; 2 s of rounds needed before it is judged)", b)
+	}
+	s.run(30)
+	if b := s.backups[s.id(1)]; !b.Backup || !strings.Contains(b.Reason, "the main path sat idle while it held data in 100%") {
+		t.Fatalf("after 4 s: %+v, want aside (the main path waited on it)", b)
+	}
+
+	// The same path while the main path is busy (half its window in
+	// flight): it stays.
+	s = newShapeSim(t, NewECF(), 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, 0})
+	s.sfs[0].Unacked, s.sfs[1].Unacked = s.sfs[0].Cwnd/2, 30
+	s.run(60)
+	if b := s.backups[s.id(1)]; b.Backup || s.trials[s.id(1)] != 0 {
+		t.Fatalf("main path busy, after 6 s: %+v, %d trials; want carrying", b, s.trials[s.id(1)])
+	}
+}
+
+func TestShaperStartsTheTrialsOfOneAddressTogether(t *testing.T) {
+	// Two connections, each with a harmful far path from the same address,
+	// set aside one second apart: under the kernel path manager one
+	// connection's trial is every connection's, so the first waits for
+	// the second's and both start in the same round.
+	mk := func(p Policy) *shapeSim {
+		s := newShapeSim(t, p, 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, 0.5})
+		s.sfs[0].Unacked, s.sfs[1].Unacked = 0, 30
+		return s
+	}
+	p := NewECF()
+	p.sh.Margin = 0.99 // the safety net out of the way: the held rule decides
+	a, b := mk(p), mk(p)
+	b.sfs[0].Unacked = b.sfs[0].Cwnd / 2 // busy for now: not waiting on its far path
+	runShapeSims(20, a, b)
+	b.sfs[0].Unacked = 0
+	started := map[*shapeSim]int{}
+	for r := 0; r < 100 && len(started) < 2; r++ {
+		runShapeSims(1, a, b)
+		for _, s := range []*shapeSim{a, b} {
+			if _, ok := started[s]; !ok && s.trials[s.id(1)] > 0 {
+				started[s] = r
+			}
+		}
+	}
+	if !strings.Contains(a.backups[a.id(1)].Reason+b.backups[b.id(1)].Reason, "on trial") || len(started) != 2 {
+		t.Fatalf("trials started in rounds %v, want both within 10 s", started)
+	}
+	if started[a] != started[b] {
+		t.Fatalf("trials started in rounds %d and %d, want the same round", started[a], started[b])
 	}
 }
