@@ -207,6 +207,10 @@ type shapeSub struct {
 	// that set it aside.
 	held       recentRates
 	heldAsides int
+	// judged: its trial period is over, with during (what its connection
+	// delivered meanwhile); its group's verdict is still to come.
+	judged bool
+	during float64
 }
 
 // ShapeSubflowStatus is one subflow's numbers and state.
@@ -263,6 +267,7 @@ func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
 		status = append(status, cs)
 	}
 	p.forget(live)
+	p.judgeGroups(s.Now)
 	return out, status
 }
 
@@ -644,6 +649,14 @@ func (p *shaper) judge(now time.Time, st *shapeConn, s *shapeSub, c *Conn) {
 		st.trial = SubflowID{}
 		return
 	}
+	if s.judged && p.groupSize(st.trial, s.trialStart) > 1 {
+		return // its group is still on trial
+	}
+	if s.judged { // the others of its group are gone
+		st.trial = SubflowID{}
+		p.verdict(now, s, s.during, s.before, "the connection")
+		return
+	}
 	// Measure from one RTT in (its first data has come back).
 	if s.mark == 0 && now.Sub(s.trialStart) >= rtt {
 		s.mark, s.markAt = max(c.BytesAcked, 1), now
@@ -665,15 +678,86 @@ func (p *shaper) judge(now time.Time, st *shapeConn, s *shapeSub, c *Conn) {
 	if now.Sub(s.markAt) < max(300*time.Millisecond, 3*rtt) && during >= 0.5*s.before {
 		return
 	}
+	// The trials of one address that started together are judged
+	// together, by what their connections delivered in all, once each has
+	// had its period: under the kernel path manager they carried as one,
+	// and one connection's rate among many swings more than the gain.
+	s.during, s.judged = during, true
+	if p.groupSize(st.trial, s.trialStart) > 1 {
+		return
+	}
 	st.trial = SubflowID{}
-	if during >= (1+p.Gain)*s.before {
+	p.verdict(now, s, during, s.before, "the connection")
+}
+
+// groupSize is how many subflows from id's local address are on a trial
+// that started at start.
+func (p *shaper) groupSize(id SubflowID, start time.Time) int {
+	n := 0
+	for _, st := range p.conns {
+		for oid, o := range st.subs {
+			if o.state == shTrial && o.trialStart.Equal(start) && oid.Local.Addr() == id.Local.Addr() {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// judgeGroups ends the group trials (see judge) whose every subflow has
+// had its period; the verdicts show in the next round's actions.
+func (p *shaper) judgeGroups(now time.Time) {
+	type key struct {
+		addr  netip.Addr
+		start time.Time
+	}
+	type member struct {
+		st *shapeConn
+		s  *shapeSub
+	}
+	groups := map[key][]member{}
+	for _, st := range p.conns {
+		for id, s := range st.subs {
+			if s.state == shTrial {
+				k := key{id.Local.Addr(), s.trialStart}
+				groups[k] = append(groups[k], member{st, s})
+			}
+		}
+	}
+	for k, ms := range groups {
+		if len(ms) < 2 {
+			continue
+		}
+		var during, before float64
+		for _, m := range ms {
+			if !m.s.judged {
+				during = -1
+				break
+			}
+			during, before = during+m.s.during, before+m.s.before
+		}
+		if during < 0 {
+			continue
+		}
+		for _, m := range ms {
+			m.st.trial = SubflowID{}
+			p.verdict(now, m.s, during, before, fmt.Sprintf("the %d connections on trial from %s", len(ms), k.addr))
+		}
+	}
+}
+
+// verdict ends a trial: what who delivered with the subflow against
+// without it.
+func (p *shaper) verdict(now time.Time, s *shapeSub, during, before float64, who string) {
+	s.judged = false
+	if during >= (1+p.Gain)*before {
 		// (A path the main path was seen waiting on keeps its longer
 		// wait: a trial among many connections can pass on noise.)
 		s.state, s.retry = shFree, p.Retry<<min(s.heldAsides, 4)
-		s.why = fmt.Sprintf("passed its trial: the connection delivered %s with it, %s without", mbit(during), mbit(s.before))
+		s.why = fmt.Sprintf("passed its trial: %s delivered %s with it, %s without", who, mbit(during), mbit(before))
 		return
 	}
-	p.setAside(now, s, fmt.Sprintf("failed its trial: the connection delivered %s with it, %s without", mbit(during), mbit(s.before)))
+	p.setAside(now, s, fmt.Sprintf("failed its trial: %s delivered %s with it, %s without", who, mbit(during), mbit(before)))
 }
 
 // setAside makes a subflow backup until its next trial.

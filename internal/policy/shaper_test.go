@@ -401,3 +401,32 @@ func TestShaperStartsTheTrialsOfOneAddressTogether(t *testing.T) {
 		t.Fatalf("trials started in rounds %d and %d, want the same round", started[a], started[b])
 	}
 }
+
+func TestShaperJudgesTheTrialsOfOneAddressTogether(t *testing.T) {
+	// Two connections' far paths from one address, set aside by the held
+	// rule, on trial together. Alone, the first would pass (its
+	// connection delivers 40% more with it); the second's connection
+	// loses 70% with it. Judged by what both delivered in all, both fail.
+	mk := func(p Policy, harm float64) *shapeSim {
+		s := newShapeSim(t, p, 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, harm})
+		s.sfs[0].Unacked, s.sfs[1].Unacked = 0, 30
+		return s
+	}
+	p := NewECF()
+	p.sh.Margin = 0.99 // the safety net out of the way
+	a, b := mk(p, 0), mk(p, 0.3)
+	for r := 0; r < 100 && a.trials[a.id(1)] == 0; r++ {
+		runShapeSims(1, a, b)
+	}
+	if a.trials[a.id(1)] != 1 || b.trials[b.id(1)] != 1 {
+		t.Fatalf("trials %d and %d, want one each, together", a.trials[a.id(1)], b.trials[b.id(1)])
+	}
+	for r := 0; r < 30 && !a.backups[a.id(1)].Backup; r++ {
+		runShapeSims(1, a, b)
+	}
+	for _, s := range []*shapeSim{a, b} {
+		if bk := s.backups[s.id(1)]; !bk.Backup || !strings.Contains(bk.Reason, "failed its trial: the 2 connections on trial from 10.2.0.1") {
+			t.Fatalf("after the trial: %+v, want aside by the group's verdict", bk)
+		}
+	}
+}
