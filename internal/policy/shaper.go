@@ -221,7 +221,11 @@ type ShapeSubflowStatus struct {
 	BestMbit float64 `json:"best_mbit"`
 	State    string  `json:"state"`
 	Cap      string  `json:"cap"`
-	Why      string  `json:"why"`
+	// WaitedPct: the share of the last 3 s's rounds in which the main
+	// path sat nearly idle while this one had data in flight (far paths
+	// only; see HeldShare).
+	WaitedPct float64 `json:"main_waited_pct"`
+	Why       string  `json:"why"`
 }
 
 // ShapeConnStatus is one connection's decisions.
@@ -566,7 +570,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 				}
 			}
 		}
-		ss.State, ss.Cap, ss.Why = s.state, RateText(r), s.why
+		ss.State, ss.Cap, ss.Why, ss.WaitedPct = s.state, RateText(r), s.why, 100*s.held.mean()
 		out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: id, Backup: s.state == shAside, Reason: s.why},
 			Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: r, Reason: s.why})
 		cs.Subflows = append(cs.Subflows, ss)
