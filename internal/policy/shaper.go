@@ -99,11 +99,21 @@ type shaper struct {
 	// the backup flag is the address's, and one connection's trial puts
 	// every connection's subflow from it back to work.
 	addrTrials []addrTrial
+	// groups: how many subflows are on each group trial (see judge), as
+	// the last round left them.
+	groups map[trialGroup]int
 }
 
 type addrTrial struct {
 	addr netip.Addr
 	due  time.Time
+}
+
+// trialGroup is the trials from one local address that started in one
+// round.
+type trialGroup struct {
+	addr  netip.Addr
+	start time.Time
 }
 
 // trialDue tells whether every aside subflow from addr is due for its
@@ -151,7 +161,7 @@ func (p *shaper) parse(m *yamlcfg.Map) {
 
 func newShaper() shaper {
 	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true, SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25,
-		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}}
+		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}, groups: map[trialGroup]int{}}
 }
 
 // burst is the most the MPTCP scheduler hands a subflow at once.
@@ -254,6 +264,10 @@ func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
 	var status []ShapeConnStatus
 	live := map[uint32]bool{}
 	p.addrTrials = p.addrTrials[:0]
+	if p.groups == nil {
+		p.groups = map[trialGroup]int{}
+	}
+	clear(p.groups)
 	for _, st := range p.conns {
 		for id, sub := range st.subs {
 			switch {
@@ -261,6 +275,7 @@ func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
 				p.addrTrials = append(p.addrTrials, addrTrial{id.Local.Addr(), sub.nextTrial})
 			case sub.state == shTrial:
 				p.addrTrials = append(p.addrTrials, addrTrial{id.Local.Addr(), time.Time{}})
+				p.groups[trialGroup{id.Local.Addr(), sub.trialStart}]++
 			}
 		}
 	}
@@ -695,35 +710,24 @@ func (p *shaper) judge(now time.Time, st *shapeConn, s *shapeSub, c *Conn) {
 }
 
 // groupSize is how many subflows from id's local address are on a trial
-// that started at start.
+// that started at start (as the last round left them: a member that has
+// gone counts until the next round).
 func (p *shaper) groupSize(id SubflowID, start time.Time) int {
-	n := 0
-	for _, st := range p.conns {
-		for oid, o := range st.subs {
-			if o.state == shTrial && o.trialStart.Equal(start) && oid.Local.Addr() == id.Local.Addr() {
-				n++
-			}
-		}
-	}
-	return n
+	return p.groups[trialGroup{id.Local.Addr(), start}]
 }
 
 // judgeGroups ends the group trials (see judge) whose every subflow has
 // had its period; the verdicts show in the next round's actions.
 func (p *shaper) judgeGroups(now time.Time) {
-	type key struct {
-		addr  netip.Addr
-		start time.Time
-	}
 	type member struct {
 		st *shapeConn
 		s  *shapeSub
 	}
-	groups := map[key][]member{}
+	groups := map[trialGroup][]member{}
 	for _, st := range p.conns {
 		for id, s := range st.subs {
 			if s.state == shTrial {
-				k := key{id.Local.Addr(), s.trialStart}
+				k := trialGroup{id.Local.Addr(), s.trialStart}
 				groups[k] = append(groups[k], member{st, s})
 			}
 		}
