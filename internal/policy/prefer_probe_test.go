@@ -30,6 +30,9 @@ func newProbeWorld(t *testing.T) *probeWorld {
 		Addrs:      func(n string) ([]netip.Addr, bool) { a, ok := w.ifaces[n]; return a, ok },
 		Interfaces: func() map[string][]netip.Addr { return w.ifaces }}
 	w.p = NewPrefer(env)
+	// One probe per round of 100 ms, at most 10 (the rounds below step by
+	// 100 ms; the defaults are 25 ms and 32).
+	w.p.ProbeInterval, w.p.MaxProbes = 100*ms, 10
 	if err := w.p.SetTargets([]string{"wifi"}); err != nil {
 		t.Fatal(err)
 	}
