@@ -117,12 +117,7 @@ func observeOne(ctx context.Context, n int, progress func(string)) (ObserveResul
 		return res, err
 	}
 	res.SetupConnsPerS = float64(n/2) / time.Since(start).Seconds()
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		return res, err
-	}
-	defer h.Close()
-	s, err := observe.NewSampler(int(h))
+	s, err := observe.NewSamplerIn(ns)
 	if err != nil {
 		return res, err
 	}

@@ -18,8 +18,6 @@ import (
 	"mpsteer/internal/daemon"
 	"mpsteer/internal/datapath"
 	"mpsteer/internal/lab/traffic"
-	"mpsteer/internal/netnsutil"
-	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
 	"mpsteer/internal/testutil"
@@ -110,13 +108,7 @@ func (w *world) uploadFrom(t *testing.T, d time.Duration, during func(), from ne
 	t.Helper()
 	b := &traffic.Bulk{ClientNS: w.h.Client, ServerNS: w.h.Server, Server: netip.AddrPortFrom(w.h.ServerAddr(1), 5201),
 		Proto: traffic.MPTCP, Upload: true, Duration: d}
-	h, _ := netnsutil.Open(w.h.Client)
-	defer h.Close()
-	s, err := observe.NewSampler(int(h))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testutil.Sampler(t, w.h.Client)
 	acked, base := map[netip.Addr]uint64{}, map[netip.Addr]uint64(nil)
 	if !from.IsValid() {
 		base = map[netip.Addr]uint64{}

@@ -9,13 +9,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"mpsteer/internal/netnsutil"
 	"net/netip"
 	"time"
 	"unsafe"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"mpsteer/internal/netnsutil"
 )
 
 // Subflow is one TCP subflow of an MPTCP connection, as the kernel sees it.

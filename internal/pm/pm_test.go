@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"mpsteer/internal/netnsutil"
-	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
 )
@@ -214,13 +213,7 @@ func TestUserspacePathManagerAndEvents(t *testing.T) {
 		t.Fatalf("sub_priority %v", prio)
 	}
 	// And the kernel's own view (inet_diag) says so.
-	hc, _ := netnsutil.Open(h.Client)
-	defer hc.Close()
-	smp, err := observe.NewSampler(int(hc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer smp.Close()
+	smp := testutil.Sampler(t, h.Client)
 	sfs, err := smp.Subflows()
 	if err != nil {
 		t.Fatal(err)

@@ -91,22 +91,28 @@ type shaper struct {
 	// 192 to 13 Mbit/s).
 	NotSentLowat units.Size
 	conns        map[uint32]*shapeConn
-	// addrTrials: when each aside subflow's next trial is due, by local
-	// address, and the trials running (a zero time), as the last round
-	// left them. A trial waits for every other aside subflow from its
-	// address and for the trials running there, so that one address's
-	// trials start together, in one round: under the kernel path manager
-	// the backup flag is the address's, and one connection's trial puts
-	// every connection's subflow from it back to work.
-	addrTrials []addrTrial
+	// held: per local address, what holds its trials back, as the last
+	// round left it: the latest next trial of an aside subflow from it,
+	// and whether one from it is on trial. A trial waits for both, so that
+	// one address's trials start together, in one round: under the kernel
+	// path manager the backup flag is the address's, and one connection's
+	// trial puts every connection's subflow from it back to work.
+	held map[netip.Addr]trialHold
 	// groups: how many subflows are on each group trial (see judge), as
 	// the last round left them.
 	groups map[trialGroup]int
 }
 
-type addrTrial struct {
-	addr netip.Addr
-	due  time.Time
+type trialHold struct {
+	until   time.Time
+	running bool
+}
+
+// trialDue tells whether every aside subflow from addr is due for its
+// trial and none from it is on trial since an earlier round.
+func (p *shaper) trialDue(now time.Time, addr netip.Addr) bool {
+	h := p.held[addr]
+	return !h.running && !now.Before(h.until)
 }
 
 // trialGroup is the trials from one local address that started in one
@@ -114,17 +120,6 @@ type addrTrial struct {
 type trialGroup struct {
 	addr  netip.Addr
 	start time.Time
-}
-
-// trialDue tells whether every aside subflow from addr is due for its
-// trial and none from it is on trial since an earlier round.
-func (p *shaper) trialDue(now time.Time, addr netip.Addr) bool {
-	for _, t := range p.addrTrials {
-		if t.addr == addr && (t.due.IsZero() || now.Before(t.due)) {
-			return false
-		}
-	}
-	return true
 }
 
 func (p *shaper) requirements() Requirements {
@@ -161,7 +156,7 @@ func (p *shaper) parse(m *yamlcfg.Map) {
 
 func newShaper() shaper {
 	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true, SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25,
-		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}, groups: map[trialGroup]int{}}
+		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 
 // burst is the most the MPTCP scheduler hands a subflow at once.
@@ -263,19 +258,25 @@ func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
 	var out []Action
 	var status []ShapeConnStatus
 	live := map[uint32]bool{}
-	p.addrTrials = p.addrTrials[:0]
 	if p.groups == nil {
-		p.groups = map[trialGroup]int{}
+		p.held, p.groups = map[netip.Addr]trialHold{}, map[trialGroup]int{}
 	}
+	clear(p.held)
 	clear(p.groups)
 	for _, st := range p.conns {
 		for id, sub := range st.subs {
+			addr := id.Local.Addr()
 			switch {
 			case sub.state == shAside && !sub.nextTrial.IsZero():
-				p.addrTrials = append(p.addrTrials, addrTrial{id.Local.Addr(), sub.nextTrial})
+				if h := p.held[addr]; sub.nextTrial.After(h.until) {
+					h.until = sub.nextTrial
+					p.held[addr] = h
+				}
 			case sub.state == shTrial:
-				p.addrTrials = append(p.addrTrials, addrTrial{id.Local.Addr(), time.Time{}})
-				p.groups[trialGroup{id.Local.Addr(), sub.trialStart}]++
+				h := p.held[addr]
+				h.running = true
+				p.held[addr] = h
+				p.groups[trialGroup{addr, sub.trialStart}]++
 			}
 		}
 	}
