@@ -17,6 +17,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"mpsteer/internal/bench/helpercost"
 	"mpsteer/internal/datapath"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/netnsutil"
@@ -69,9 +70,28 @@ type OpCost struct {
 	// RatioToNoop is NsPerPacket over the cost of a program that only
 	// returns, timed in the same rounds by the same kernel timer
 	// (noop_ns): the median over rounds of the per-round ratio.
-	RatioToNoop float64  `json:"ratio_to_noop"`
-	Method      string   `json:"method"`
-	Counters    counters `json:"counters"`
+	RatioToNoop float64 `json:"ratio_to_noop"`
+	// Helpers: the kernel helpers this path calls that cost more than a
+	// no-op program's few instructions, and HelpersNs what they cost
+	// alone, timed in the same rounds (helpers): the floor under the
+	// operation whatever its own code does. AboveHelpersRatio is the
+	// rest, the operation's own code, over noop_ns.
+	Helpers           []string `json:"helpers,omitempty"`
+	HelpersNs         float64  `json:"helpers_ns,omitempty"`
+	AboveHelpersRatio float64  `json:"above_helpers_ratio_to_noop,omitempty"`
+	Method            string   `json:"method"`
+	Counters          counters `json:"counters"`
+}
+
+// HelperCost is what one kernel helper costs called alone (a program
+// that calls it and returns, less a program that only returns).
+type HelperCost struct {
+	Key         string     `json:"key"`
+	Name        string     `json:"name"`
+	NsPerCall   float64    `json:"ns_per_call"`
+	RoundsNs    [2]float64 `json:"rounds_min_max_ns"`
+	RatioToNoop float64    `json:"ratio_to_noop"`
+	Method      string     `json:"method"`
 }
 
 // ChainCost is the cost of a whole chain, entry included.
@@ -96,11 +116,12 @@ type counters struct {
 }
 
 type PerPacketResult struct {
-	Rounds             int         `json:"rounds"`
-	RunsPerRound       int         `json:"repeated_runs_per_round"`
-	SingleRunsPerRound int         `json:"single_runs_per_round"`
-	Ops                []OpCost    `json:"ops"`
-	Chains             []ChainCost `json:"chains"`
+	Rounds             int          `json:"rounds"`
+	RunsPerRound       int          `json:"repeated_runs_per_round"`
+	SingleRunsPerRound int          `json:"single_runs_per_round"`
+	Ops                []OpCost     `json:"ops"`
+	Chains             []ChainCost  `json:"chains"`
+	Helpers            []HelperCost `json:"helpers"`
 	// NoopNs is what a program that only returns costs per packet, timed
 	// like the read-only chains (the kernel's repeat loop, same packet),
 	// in every round next to them: the unit of every ratio_to_noop.
@@ -230,10 +251,21 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 			x.before = *st
 			names = append(names, name)
 		}
+		// Kernel helpers alone, timed the same ways (see helpercost).
+		hs, err := helpercost.Load(srv, cli)
+		if err != nil {
+			return err
+		}
+		defer hs.Close()
+		for _, h := range hs.Helpers {
+			name := "helper/" + h.Key
+			v[name] = &variant{pkt: ack, prog: h.Prog, single: h.Single}
+			names = append(names, name)
+		}
 		sort.Strings(names)
 		defer func() {
 			for _, x := range v {
-				if x.m != nil { // not the no-op program
+				if x.m != nil { // not the no-op or a helper's program
 					x.m.Del(x.id)
 				}
 			}
@@ -261,11 +293,14 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 			}
 		}
 		v["noop"], v["noop/1"] = noop, noop1
+		if n, err := hs.Found(); err != nil || n == 0 {
+			return fmt.Errorf("helper sk_lookup: found the connection's socket %d times (%v): the lookup was not timed on a hit", n, err)
+		}
 		res = &PerPacketResult{Rounds: rounds, RunsPerRound: repeat, SingleRunsPerRound: single,
 			TargetOpNs: 100, TargetChain8Ns: 300, PaperSetBackupNs: [2]float64{640, 900},
 			TargetOpRatio: 1.5, TargetChain8Ratio: 3,
 			Setup: fmt.Sprintf("BPF_PROG_TEST_RUN in a namespace with an MPTCP connection over loopback; packet: IPv4 ACK %s → %s with timestamps and DSS data-ack (ADD_ADDR added for strip_add_addr); read-only chains: the kernel's repeat loop, timed around the call; packet-changing chains: one run per call, the kernel's own time of it; ratio_to_noop: over a program that only returns, timed in the same rounds (noop_ns)", srv, cli)}
-		return derive(res, v)
+		return derive(res, v, hs.Helpers)
 	})
 	return res, err
 }
@@ -297,7 +332,7 @@ func timeChain(x *variant, repeat, single int) (float64, error) {
 // count = T(count count) − T(count); entry = T(count) − count; a
 // selector = T(selector → count) − T(count); an actor = T(actor) −
 // T(count) + count, with both timed the same way.
-func derive(res *PerPacketResult, v map[string]*variant) error {
+func derive(res *PerPacketResult, v map[string]*variant, helpers []helpercost.Helper) error {
 	rounds := len(v["count"].ns)
 	per := func(f func(r int) float64) (float64, [2]float64) {
 		xs := make([]float64, rounds)
@@ -346,33 +381,64 @@ func derive(res *PerPacketResult, v map[string]*variant) error {
 	act := func(name, base string) func(int) float64 {
 		return func(r int) float64 { return t(name, r) - t(base, r) + count(r) }
 	}
+	// The helpers alone: each program less the no-op timed the same way.
+	helper := map[string]func(int) float64{}
+	for _, h := range helpers {
+		name, base := "helper/"+h.Key, "noop"
+		method := "repeat loop, less the no-op program"
+		if h.Single {
+			base, method = "noop/1", "one run per call, less the no-op program timed the same way"
+		}
+		f := func(r int) float64 { return t(name, r) - t(base, r) }
+		hc := HelperCost{Key: h.Key, Name: h.Name, Method: method}
+		hc.NsPerCall, hc.RoundsNs = per(f)
+		hc.RatioToNoop = ratio(f)
+		res.Helpers = append(res.Helpers, hc)
+		helper[h.Key] = f
+	}
 	// effect: what the chain's counters must show for every run, so that
-	// what is timed is the path that is named.
+	// what is timed is the path that is named; helpers: the kernel
+	// helpers that path calls (see OpCost.Helpers).
 	steps := []struct {
 		name, kind, label, effect string
 		f                         func(int) float64
+		helpers                   []string
 	}{
-		{"count", "entry", "entry (the chain's program: run it, parse IP and TCP)", "", func(r int) float64 { return t("count", r) - count(r) }},
-		{"tuple", "selector", "tuple", "", sel("tuple")},
-		{"prefix", "selector", "src/dst prefix", "", sel("prefix")},
-		{"seq", "selector", "seq", "", sel("seq")},
-		{"type", "selector", "type", "", sel("type")},
-		{"count2", "actor", "count", "", count},
-		{"mark", "actor", "mark", "", act("mark", "count")},
-		{"drop", "actor", "drop", "dropped", act("drop", "count")},
-		{"set_backup", "actor", "set_backup, flag to change (socket lookup, MP_PRIO inserted)", "modified", act("set_backup", "count/1")},
-		{"backup/steady", "actor", "set_backup/clear_backup, flag already right (the flow's socket read kept from its last packet)", "", act("backup/steady", "count")},
-		{"backup/steady/cold", "actor", "set_backup/clear_backup, flag already right, a flow's first packet (socket lookup)", "", act("backup/steady/cold", "count")},
-		{"clamp_rwnd", "actor", "clamp_rwnd (the flow's socket read kept, window rewritten)", "modified", act("clamp_rwnd", "count/1")},
-		{"clamp_rwnd/cold", "actor", "clamp_rwnd, a flow's first packet (socket lookup, window rewritten)", "modified", act("clamp_rwnd/cold", "count/1")},
-		{"strip", "actor", "strip_add_addr, packet with ADD_ADDR (kept and blanked)", "modified", act("strip", "count/1+addr")},
-		{"strip/none", "actor", "strip_add_addr, packet without ADD_ADDR", "", act("strip/none", "count")},
+		{"count", "entry", "entry (the chain's program: run it, parse IP and TCP)", "", func(r int) float64 { return t("count", r) - count(r) }, nil},
+		{"tuple", "selector", "tuple", "", sel("tuple"), nil},
+		{"prefix", "selector", "src/dst prefix", "", sel("prefix"), nil},
+		{"seq", "selector", "seq", "", sel("seq"), nil},
+		{"type", "selector", "type", "", sel("type"), nil},
+		{"count2", "actor", "count", "", count, nil},
+		{"mark", "actor", "mark", "", act("mark", "count"), nil},
+		{"drop", "actor", "drop", "dropped", act("drop", "count"), nil},
+		{"set_backup", "actor", "set_backup, flag to change (socket lookup, MP_PRIO inserted)", "modified", act("set_backup", "count/1"),
+			[]string{"sk_lookup", "load_bytes", "change_tail", "store_bytes", "store_bytes", "l4_csum_replace", "l4_csum_replace"}},
+		{"backup/steady", "actor", "set_backup/clear_backup, flag already right (the flow's socket read kept from its last packet)", "", act("backup/steady", "count"), nil},
+		{"backup/steady/cold", "actor", "set_backup/clear_backup, flag already right, a flow's first packet (socket lookup)", "", act("backup/steady/cold", "count"), []string{"sk_lookup"}},
+		{"clamp_rwnd", "actor", "clamp_rwnd (the flow's socket read kept, window rewritten)", "modified", act("clamp_rwnd", "count/1"), []string{"store_bytes"}},
+		{"clamp_rwnd/cold", "actor", "clamp_rwnd, a flow's first packet (socket lookup, window rewritten)", "modified", act("clamp_rwnd/cold", "count/1"), []string{"sk_lookup", "store_bytes"}},
+		{"strip", "actor", "strip_add_addr, packet with ADD_ADDR (kept and blanked)", "modified", act("strip", "count/1+addr"),
+			[]string{"load_bytes", "hash_lookup", "ktime_coarse", "load_bytes", "csum_diff", "store_bytes", "l4_csum_replace"}},
+		{"strip/none", "actor", "strip_add_addr, packet without ADD_ADDR", "", act("strip/none", "count"), nil},
 	}
 	for _, s := range steps {
 		if err := op(s.name, s.kind, s.label, s.f); err != nil {
 			return err
 		}
-		o := res.Ops[len(res.Ops)-1]
+		o := &res.Ops[len(res.Ops)-1]
+		if len(s.helpers) > 0 {
+			floor := func(r int) float64 {
+				var sum float64
+				for _, k := range s.helpers {
+					sum += helper[k](r)
+				}
+				return sum
+			}
+			o.Helpers = s.helpers
+			o.HelpersNs, _ = per(floor)
+			o.AboveHelpersRatio = ratio(func(r int) float64 { return s.f(r) - floor(r) })
+		}
 		c := o.Counters
 		bad := c.Runs == 0 || c.Selected != c.Runs || c.Skipped != 0
 		switch s.effect {

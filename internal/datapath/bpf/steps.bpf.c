@@ -107,6 +107,8 @@ struct withheld_key {
 };
 
 struct withheld_val {
+	/* When it was kept: CLOCK_MONOTONIC to the jiffy (the coarse clock
+	 * costs 2 ns, the exact one 24: `mpsteer bench datapath`, helpers). */
 	__u64 ns;
 	__u32 len;
 	__u32 release; /* set by userspace: put it back into the next packet */
@@ -919,12 +921,12 @@ static __always_inline int strip_add_addr(struct __sk_buff *skb, struct cx *x)
 	if (old) {
 		/* withheld before (the peer repeats an ADD_ADDR until it is
 		 * echoed): the latest copy, in place */
-		old->ns = bpf_ktime_get_ns();
+		old->ns = bpf_ktime_get_coarse_ns();
 		old->len = len;
 		__builtin_memcpy(old->opt, opt, 32);
 	} else {
 		struct withheld_val w = {};
-		w.ns = bpf_ktime_get_ns();
+		w.ns = bpf_ktime_get_coarse_ns();
 		w.len = len;
 		__builtin_memcpy(w.opt, opt, 32);
 		bpf_map_update_elem(&mpsteer_withheld, &k, &w, BPF_ANY);
