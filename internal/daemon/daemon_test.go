@@ -466,6 +466,15 @@ func TestShapedPoliciesJoinSubflowsAsBackup(t *testing.T) {
 	// near path (two equal veths) enters at once and carries; a clean
 	// exit gives the endpoint back as it was.
 	w := newWorld(t)
+	// Links of 200 Mbit/s (TBF): over unshaped veths the first subflow
+	// never fills its window, MPTCP's scheduler gave the joiner nothing
+	// for its first 150 ms in one CI run, and dynthresh rightly set it
+	// aside as carrying nothing.
+	for i := 1; i <= 2; i++ {
+		if err := w.h.Shape(i, 200_000_000); err != nil {
+			t.Fatal(err)
+		}
+	}
 	before := testutil.EndpointFlags(t, w.cli)
 	d := w.startDaemon(t, "policies: [{name: dynthresh}]\n")
 	deadline := time.Now().Add(2 * time.Second)
