@@ -293,8 +293,8 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 			}
 		}
 		v["noop"], v["noop/1"] = noop, noop1
-		if n, err := hs.Found(); err != nil || n == 0 {
-			return fmt.Errorf("helper sk_lookup: found the connection's socket %d times (%v): the lookup was not timed on a hit", n, err)
+		if n, err := hs.Found(); err != nil || n != uint64(rounds*repeat) {
+			return fmt.Errorf("helper sk_lookup: found the connection's socket in %d of %d runs (%v): the lookup was not timed on hits", n, rounds*repeat, err)
 		}
 		res = &PerPacketResult{Rounds: rounds, RunsPerRound: repeat, SingleRunsPerRound: single,
 			TargetOpNs: 100, TargetChain8Ns: 300, PaperSetBackupNs: [2]float64{640, 900},
@@ -423,6 +423,11 @@ func derive(res *PerPacketResult, v map[string]*variant, helpers []helpercost.He
 		{"strip/none", "actor", "strip_add_addr, packet without ADD_ADDR", "", act("strip/none", "count"), nil},
 	}
 	for _, s := range steps {
+		for _, k := range s.helpers {
+			if helper[k] == nil {
+				return fmt.Errorf("%s: no helper %q was timed", s.name, k)
+			}
+		}
 		if err := op(s.name, s.kind, s.label, s.f); err != nil {
 			return err
 		}
