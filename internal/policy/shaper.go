@@ -78,7 +78,10 @@ type shaper struct {
 	// FarTrialRTTs: a far joiner's first trial waits this many of its RTTs
 	// (at least Retry).
 	FarTrialRTTs float64
-	Headroom     float64
+	// TrialRTTs: a trial lasts this many of the subflow's RTTs (at least
+	// 300 ms), after one RTT for its first data to come back.
+	TrialRTTs float64
+	Headroom  float64
 	// Window overrides the receive window planned for (0: the window the
 	// peer advertises).
 	Window     units.Size
@@ -142,6 +145,7 @@ func (p *shaper) parse(m *yamlcfg.Map) {
 	p.SlowShare = float64(m.Fraction("slow_share", units.Fraction(p.SlowShare)))
 	p.HeldShare = float64(m.Fraction("held_share", units.Fraction(p.HeldShare)))
 	p.FarTrialRTTs = m.Float("far_trial_rtts", p.FarTrialRTTs, 0, 1000)
+	p.TrialRTTs = m.Float("trial_rtts", p.TrialRTTs, 1, 1000)
 	p.Headroom = float64(m.Fraction("headroom", units.Fraction(p.Headroom)))
 	if p.Headroom <= 0 && !m.Failed("headroom") {
 		m.Errorf("headroom", "must be above 0%%")
@@ -155,7 +159,7 @@ func (p *shaper) parse(m *yamlcfg.Map) {
 }
 
 func newShaper() shaper {
-	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true, SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25,
+	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true, SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
 		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 
@@ -695,7 +699,7 @@ func (p *shaper) judge(now time.Time, st *shapeConn, s *shapeSub, c *Conn) {
 	// A trial ends after 3 RTTs of the subflow (at least 300 ms), or as
 	// soon as the connection clearly suffers (every trial costs a
 	// connection that the path does not help).
-	if now.Sub(s.markAt) < max(300*time.Millisecond, 3*rtt) && during >= 0.5*s.before {
+	if now.Sub(s.markAt) < max(300*time.Millisecond, time.Duration(p.TrialRTTs*float64(rtt))) && during >= 0.5*s.before {
 		return
 	}
 	// The trials of one address that started together are judged

@@ -430,3 +430,48 @@ func TestShaperJudgesTheTrialsOfOneAddressTogether(t *testing.T) {
 		}
 	}
 }
+
+func TestShaperTrialLastsTrialRTTs(t *testing.T) {
+	// A far joiner with a 100 ms RTT, which helps: its trial lasts 3 of
+	// its RTTs by default (after one RTT for its data to come back), 10
+	// with trial_rtts: 10.
+	for src, want := range map[string][2]int{"name: ecf": {4, 6}, "name: ecf\ntrial_rtts: 10": {11, 13}} {
+		m, err := yamlcfg.Parse("c.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Build(m, Env{})
+		if err := m.Err(); err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		s := newShapeSim(t, p, 64<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 400e6, 100 * ms, 0})
+		rounds := 0
+		for r := 0; r < 60; r++ {
+			s.run(1)
+			for _, c := range p.(*ECF).Status().([]ShapeConnStatus) {
+				for _, sf := range c.Subflows {
+					if sf.Subflow == s.id(1).String() && sf.State == shTrial {
+						rounds++
+					}
+				}
+			}
+		}
+		if b := s.backups[s.id(1)]; b.Backup || !strings.Contains(b.Reason, "passed its trial") {
+			t.Fatalf("%q: after 6 s %+v, want in after its trial", src, b)
+		}
+		if rounds < want[0] || rounds > want[1] {
+			t.Errorf("%q: on trial for %d rounds of 100 ms, want %d to %d", src, rounds, want[0], want[1])
+		}
+	}
+}
+
+func TestShaperRefusesATrialShorterThanAnRTT(t *testing.T) {
+	m, err := yamlcfg.Parse("c.yaml", []byte("name: ecf\ntrial_rtts: 0.5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Build(m, Env{})
+	if err := m.Err(); err == nil || !strings.Contains(err.Error(), "trial_rtts") {
+		t.Fatalf("trial_rtts: 0.5 gave %v, want an error naming the key", err)
+	}
+}
