@@ -29,6 +29,8 @@ type Set struct {
 // flow whose packets come from peer to local (IPv4), in the namespace the
 // programs run in.
 func Load(peer, local netip.AddrPort) (*Set, error) {
+	peer = netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
+	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
 	if !peer.Addr().Is4() || !local.Addr().Is4() {
 		return nil, errors.New("helpercost: the lookup is timed on an IPv4 flow")
 	}
