@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
@@ -228,8 +227,7 @@ func PerPacket(ctx context.Context, rounds, repeat, single int) (*PerPacketResul
 			"chain/backup8":   {sel: tuple + " " + all, act: "mark(mark=7) clamp_rwnd(64KiB) set_backup count", pkt: ack, single: true, cold: true},
 		}
 		// The unit: a program that only returns, timed the same ways.
-		noopProg, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
-			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}}) // TCX_NEXT
+		noopProg, err := noopProgram()
 		if err != nil {
 			return err
 		}

@@ -72,13 +72,24 @@ type TransferResult struct {
 	// packet's measured time, 1/chain_ratio_to_noop_live): the chain's
 	// own work, without what every TC program pays here, the kernel's
 	// timing of each run (two clock reads) included.
-	ChainCPUPctAboveNoop float64  `json:"chain_cpu_pct_of_busy_above_noop"`
-	TargetChainCPUPct    float64  `json:"target_chain_cpu_pct_of_busy"`
-	ChainPackets         uint64   `json:"packets_through_chains"`
-	Chains               []string `json:"chains"`
-	TargetRatio          float64  `json:"target_goodput_ratio"`
-	TargetCPUAddedPct    float64  `json:"target_cpu_added_pct"`
-	Setup                string   `json:"setup"`
+	ChainCPUPctAboveNoop float64 `json:"chain_cpu_pct_of_busy_above_noop"`
+	// RunTimingNs is what the kernel's run-time statistics, which the
+	// live figures come from, add to every run of a program (two clock
+	// reads and the counters' update): a program that only returns timed
+	// by BPF_PROG_TEST_RUN with the statistics on, less off, in the same
+	// run (the median over rounds). A machine running without the
+	// statistics, as it does by default, does not pay it.
+	RunTimingNs float64 `json:"run_timing_ns"`
+	// ChainCPUPctLessTiming: chain_cpu_pct_of_busy without the run timing
+	// (each packet's measured time less run_timing_ns): what the chains
+	// cost where nobody times them.
+	ChainCPUPctLessTiming float64  `json:"chain_cpu_pct_of_busy_less_timing"`
+	TargetChainCPUPct     float64  `json:"target_chain_cpu_pct_of_busy"`
+	ChainPackets          uint64   `json:"packets_through_chains"`
+	Chains                []string `json:"chains"`
+	TargetRatio           float64  `json:"target_goodput_ratio"`
+	TargetCPUAddedPct     float64  `json:"target_cpu_added_pct"`
+	Setup                 string   `json:"setup"`
 }
 
 // linkRate shapes each client link of the transfer benchmarks.
@@ -217,6 +228,10 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 	}
 	res.GoodputRatio = onBytes / offBytes
 
+	// What the statistics add to a run, measured before they go on.
+	if res.RunTimingNs, err = runTimingNs(10, 1_000_000); err != nil {
+		return nil, fmt.Errorf("run timing: %w", err)
+	}
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		return nil, fmt.Errorf("BPF run-time statistics: %w", err)
@@ -290,14 +305,56 @@ func Transfer(ctx context.Context, rounds int, seconds float64, progress func(st
 		res.ChainRatioToNoop = res.ChainNsPerPacket / res.NoopNsPerPacket
 		res.ChainCPUPctAboveNoop = res.ChainCPUPct * max(0, 1-1/res.ChainRatioToNoop)
 	}
+	if res.ChainNsPerPacket > 0 {
+		res.ChainCPUPctLessTiming = res.ChainCPUPct * max(0, 1-res.RunTimingNs/res.ChainNsPerPacket)
+	}
 	return res, nil
+}
+
+// runTimingNs is what the kernel's run-time statistics add to each run of
+// a program (see TransferResult.RunTimingNs): a program that only returns,
+// timed by the kernel's repeat loop with the statistics off and on in
+// turn, rounds times; the median of on − off. Where something else keeps
+// the statistics on, both are timed with them and it is 0: the live
+// figures are then taken whole.
+func runTimingNs(rounds, repeat int) (float64, error) {
+	prog, err := noopProgram()
+	if err != nil {
+		return 0, err
+	}
+	defer prog.Close()
+	x := &variant{pkt: make([]byte, 14+20+20), prog: prog} // an Ethernet header at least
+	diffs := make([]float64, 0, rounds)
+	for r := 0; r < rounds; r++ {
+		off, err := timeChain(x, repeat, 0)
+		if err != nil {
+			return 0, err
+		}
+		st, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if err != nil {
+			return 0, err
+		}
+		on, err := timeChain(x, repeat, 0)
+		st.Close()
+		if err != nil {
+			return 0, err
+		}
+		diffs = append(diffs, on-off)
+	}
+	return max(0, stats.Float64s(diffs, 0.5)[0]), nil
+}
+
+// noopProgram is a TC program that only returns "next": the unit of the
+// datapath figures.
+func noopProgram() (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}}) // TCX_NEXT
 }
 
 // attachNoop puts a program that only returns "next" on the hooks the
 // chains use.
 func attachNoop(h vethhosts.Hosts) (detach func() (packets uint64, cpu time.Duration), err error) {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}}) // TCX_NEXT
+	prog, err := noopProgram()
 	if err != nil {
 		return nil, err
 	}
