@@ -82,6 +82,16 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
+// shapeLinks shapes every client link to rate bit/s (TBF).
+func (w *world) shapeLinks(t *testing.T, rate uint64) {
+	t.Helper()
+	for i := 1; i <= w.h.N; i++ {
+		if err := w.h.Shape(i, rate); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // startDaemon runs the real binary in the client namespace.
 func (w *world) startDaemon(t *testing.T, config string) *testutil.Daemon {
 	t.Helper()
@@ -167,11 +177,7 @@ func TestPreferSendsTheBytesOverThePreferredPath(t *testing.T) {
 	// Links of 200 Mbit/s (TBF), as a host's uplinks would be: unshaped,
 	// the veths take both CPUs and overflow (retransmission timeouts on
 	// the preferred path, which prefer rightly leaves).
-	for i := 1; i <= 2; i++ {
-		if err := w.h.Shape(i, 200_000_000); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.shapeLinks(t, 200_000_000)
 	c := w.startDaemon(t, "policies: []\n").Client
 	// The hint turns the prefer policy on at run time.
 	if _, err := c.Prefer(api.PreferRequest{Targets: []string{w.h.Dev(2)}}); err != nil {
@@ -470,11 +476,7 @@ func TestShapedPoliciesJoinSubflowsAsBackup(t *testing.T) {
 	// never fills its window, MPTCP's scheduler gave the joiner nothing
 	// for its first 150 ms in one CI run, and dynthresh rightly set it
 	// aside as carrying nothing.
-	for i := 1; i <= 2; i++ {
-		if err := w.h.Shape(i, 200_000_000); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.shapeLinks(t, 200_000_000)
 	before := testutil.EndpointFlags(t, w.cli)
 	d := w.startDaemon(t, "policies: [{name: dynthresh}]\n")
 	deadline := time.Now().Add(2 * time.Second)

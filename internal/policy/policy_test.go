@@ -163,6 +163,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"name: nosuch":                        `unknown policy "nosuch" (valid: backup, dynthresh, ecf, fullmesh, incremental, limit, prefer, `,
 		"name: dynthresh\nprobe_interval: 0s": `probe_interval: must be above 0s`,
 		"name: prefer\nprobe_interval: 5ms":   `probe_interval: 5ms is below 10ms`,
+		"name: ecf\ntrial_rtts: 0.5":          `c.yaml:2: trial_rtts: "0.5" is not valid (a number from 1 to 1000)`,
 	}
 	for src, want := range cases {
 		m, err := yamlcfg.Parse("c.yaml", []byte(src))
@@ -177,6 +178,21 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 			t.Errorf("%q: err = %v, want %q", src, err, want)
 		}
 	}
+}
+
+// mustBuild builds the policy of one config entry, failing the test on
+// a config error.
+func mustBuild(t *testing.T, src string, env Env) Policy {
+	t.Helper()
+	m, err := yamlcfg.Parse("c.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Build(m, env)
+	if err := m.Err(); err != nil {
+		t.Fatalf("%q: %v", src, err)
+	}
+	return p
 }
 
 // sim is a connection for dynthresh tests: every 100 ms each subflow

@@ -258,14 +258,7 @@ func TestPreferProbeConfigErrors(t *testing.T) {
 func TestPreferLeavesOpeningSubflowsToOthersWhenAsked(t *testing.T) {
 	env := Env{PathManager: UserspacePM}
 	for src, mesh := range map[string]bool{"name: prefer\npaths: [10.1.0.1]": true, "name: prefer\npaths: [10.1.0.1]\nopen_subflows: false": false} {
-		m, err := yamlcfg.Parse("c.yaml", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := Build(m, env).(*Prefer)
-		if err := m.Err(); err != nil {
-			t.Fatalf("%q: %v", src, err)
-		}
+		p := mustBuild(t, src, env).(*Prefer)
 		if got := p.mesh != nil && p.ProbeInterval > 0; got != mesh {
 			t.Errorf("%q: opens subflows and probes %v, want %v", src, got, mesh)
 		}

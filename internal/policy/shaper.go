@@ -696,7 +696,7 @@ func (p *shaper) judge(now time.Time, st *shapeConn, s *shapeSub, c *Conn) {
 	if c.BytesAcked > 0 {
 		during = float64(c.BytesAcked-min(s.mark, c.BytesAcked)) / now.Sub(s.markAt).Seconds()
 	}
-	// A trial ends after 3 RTTs of the subflow (at least 300 ms), or as
+	// A trial ends after TrialRTTs of the subflow's RTTs (at least 300 ms), or as
 	// soon as the connection clearly suffers (every trial costs a
 	// connection that the path does not help).
 	if now.Sub(s.markAt) < max(300*time.Millisecond, time.Duration(p.TrialRTTs*float64(rtt))) && during >= 0.5*s.before {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"mpsteer/internal/observe"
-	"mpsteer/internal/yamlcfg"
 )
 
 // pathSim is a path for the shaper tests: every 100 ms round it delivers
@@ -301,14 +300,7 @@ func TestShaperComparesRTTsFromAMillisecond(t *testing.T) {
 
 func TestShaperJoinBackupIsAKey(t *testing.T) {
 	for src, want := range map[string]bool{"name: ecf": true, "name: dynthresh\njoin_backup: false": false, "name: dynthresh\nmode: shaped": true} {
-		m, err := yamlcfg.Parse("c.yaml", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := Build(m, Env{})
-		if err := m.Err(); err != nil {
-			t.Fatalf("%q: %v", src, err)
-		}
+		p := mustBuild(t, src, Env{})
 		r, ok := p.(Requirer)
 		if !ok {
 			t.Fatalf("%q: %T states no requirements", src, p)
@@ -436,14 +428,7 @@ func TestShaperTrialLastsTrialRTTs(t *testing.T) {
 	// its RTTs by default (after one RTT for its data to come back), 10
 	// with trial_rtts: 10.
 	for src, want := range map[string][2]int{"name: ecf": {4, 6}, "name: ecf\ntrial_rtts: 10": {11, 13}} {
-		m, err := yamlcfg.Parse("c.yaml", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := Build(m, Env{})
-		if err := m.Err(); err != nil {
-			t.Fatalf("%q: %v", src, err)
-		}
+		p := mustBuild(t, src, Env{})
 		s := newShapeSim(t, p, 64<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 400e6, 100 * ms, 0})
 		rounds := 0
 		for r := 0; r < 60; r++ {
@@ -462,16 +447,5 @@ func TestShaperTrialLastsTrialRTTs(t *testing.T) {
 		if rounds < want[0] || rounds > want[1] {
 			t.Errorf("%q: on trial for %d rounds of 100 ms, want %d to %d", src, rounds, want[0], want[1])
 		}
-	}
-}
-
-func TestShaperRefusesATrialShorterThanAnRTT(t *testing.T) {
-	m, err := yamlcfg.Parse("c.yaml", []byte("name: ecf\ntrial_rtts: 0.5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	Build(m, Env{})
-	if err := m.Err(); err == nil || !strings.Contains(err.Error(), "trial_rtts") {
-		t.Fatalf("trial_rtts: 0.5 gave %v, want an error naming the key", err)
 	}
 }

@@ -84,7 +84,7 @@ func TestHelpersRunAsNamed(t *testing.T) {
 			return err
 		}
 		if n, _ := other.Found(); n != 0 {
-			t.Errorf("a lookup of the reversed tuple found a socket (%d)", n)
+			t.Errorf("a lookup of a tuple no socket has found one (%d)", n)
 		}
 		return nil
 	})
