@@ -10,14 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/config"
 	"mpsteer/internal/daemon"
-	"mpsteer/internal/lab/scenario"
 )
 
 func init() {
 	extraCommands = append(extraCommands, daemonCmd, statusCmd, preferCmd, policyCmd)
-	// A scenario's daemon variants are checked when the scenario loads.
-	scenario.DaemonConfigCheck = daemon.CheckConfig
 }
 
 // socketHelp: the default socket depends on the network namespace the
@@ -214,7 +212,7 @@ func policyCmd() *cobra.Command {
 				return err
 			}
 			// Checked here first, so that errors name the file on this side.
-			if _, err := daemon.ParseConfig(args[0], data, daemon.Env()); err != nil {
+			if _, err := config.Parse(args[0], data, daemon.Env()); err != nil {
 				return err
 			}
 			r, err := api.NewClient(socket).Apply(api.ApplyRequest{File: file, Config: string(data)})

@@ -4,6 +4,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"mpsteer/internal/daemon"
+	"mpsteer/internal/lab/world"
+	"mpsteer/internal/lasthop"
 )
 
 // daemonFlags are the daemon's options beyond its config and socket.
@@ -24,6 +26,11 @@ func (f *daemonFlags) add(c *cobra.Command) {
 func (f *daemonFlags) options(o daemon.Options) daemon.Options {
 	o.MetricsAddr, o.StateDir, o.NoWatch, o.Sampler = f.metrics, f.stateDir, !f.watch, f.sampler
 	o.MetricsSubflows = f.subflowSeries
+	o.Version = versionInfo().Version
+	// The lab's emulator is a last-hop source too (report_health source:
+	// lab), besides the host's own.
+	o.LastHop = lasthop.Builtin()
+	o.LastHop["lab"] = world.LabSource
 	return o
 }
 

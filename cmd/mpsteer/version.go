@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"mpsteer/internal/daemon"
 )
 
 // version is set when building for release: go build -ldflags
@@ -17,7 +16,6 @@ var version string
 
 func init() {
 	extraCommands = append(extraCommands, versionCmd)
-	daemon.Version = versionInfo().Version
 }
 
 // VersionInfo is what `mpsteer version --json` prints.

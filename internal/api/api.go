@@ -70,6 +70,50 @@ type Status struct {
 	Health *HealthStatus `json:"path_health,omitempty"`
 	// Mptcpize: the cgroups whose applications get MPTCP, when any.
 	Mptcpize *MptcpizeStatus `json:"mptcpize,omitempty"`
+	// Endpoints are the kernel path manager's endpoints the daemon
+	// manages or has seen another manager change (backup via endpoint).
+	Endpoints []EndpointStatus `json:"endpoints,omitempty"`
+	// Loop is the reconcile loop's own state.
+	Loop *LoopStatus `json:"loop,omitempty"`
+	// StateError: what the daemon changed could not be kept on disk (or
+	// the last daemon's state could not be read): a crash would leave
+	// changes behind that no daemon undoes.
+	StateError string `json:"state_error,omitempty"`
+	// StateFile is where the daemon keeps what it must undo after a crash.
+	StateFile string `json:"state_file,omitempty"`
+}
+
+// EndpointStatus is one endpoint of the kernel path manager as the daemon
+// sees it.
+type EndpointStatus struct {
+	Addr  string `json:"addr"`
+	ID    uint8  `json:"id,omitempty"`
+	Flags string `json:"flags"`
+	// Managed: the daemon may change its flags (a policy decides on its
+	// address and the config does not leave it to others); Owned: the
+	// daemon created it and removes it when no policy needs it.
+	Managed bool `json:"managed"`
+	Owned   bool `json:"owned,omitempty"`
+	// Want is the backup flag the policies want ("" when none decides).
+	Want string `json:"want,omitempty"`
+	// Yielded: another manager changed the flag the daemon had set; the
+	// daemon leaves it until its own decision changes.
+	Yielded bool   `json:"yielded,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// LoopStatus is the reconcile loop: its rounds and what started them.
+type LoopStatus struct {
+	Rounds   uint64            `json:"rounds"`
+	Triggers map[string]uint64 `json:"triggers"`
+	// Stopped: the loop has ended (the daemon is exiting); it applies
+	// nothing any more.
+	Stopped bool `json:"stopped,omitempty"`
+	// HealthPolls counts the reads of the path-health reports.
+	HealthPolls uint64 `json:"health_polls"`
+	// Unknown: the last observation of the connections failed; the
+	// daemon kept what it knew rather than take them for gone.
+	ConnsUnknown bool `json:"conns_unknown,omitempty"`
 }
 
 // MptcpizeStatus is the program that makes the TCP sockets of chosen

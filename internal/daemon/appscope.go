@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"mpsteer/internal/config"
 	"os"
 	"path/filepath"
 	"sort"
@@ -128,22 +129,22 @@ func (a *appScope) resolve(id uint64, scopes []string, now time.Time) string {
 // checkMptcpize says why the config's mptcpize cannot run here, or nil.
 // It makes the program when the config needs it and it is not there yet
 // (the caller keeps it: prepared is the new switcher, or nil).
-func (a *appScope) checkMptcpize(cfg *Config, cookie uint64) (prepared *mptcpize.Switcher, err error) {
+func (a *appScope) checkMptcpize(cfg *config.Config, cookie uint64) (prepared *mptcpize.Switcher, err error) {
 	if a == nil || len(cfg.Mptcpize) == 0 {
 		return nil, nil
 	}
 	if v, err := netnsutil.ReadSysctl("net.mptcp.enabled"); err != nil || strings.TrimSpace(v) != "1" {
-		return nil, fmt.Errorf("%s: MPTCP is disabled in this network namespace (net.mptcp.enabled is not 1): the applications' sockets would fail to open; enable it (sysctl -w net.mptcp.enabled=1) or remove mptcpize", cfg.mptcpizeWhere)
+		return nil, fmt.Errorf("%s: MPTCP is disabled in this network namespace (net.mptcp.enabled is not 1): the applications' sockets would fail to open; enable it (sysctl -w net.mptcp.enabled=1) or remove mptcpize", cfg.MptcpizeWhere)
 	}
 	if _, err := a.cgroupRoot(); err != nil {
-		return nil, fmt.Errorf("%s: %v", cfg.mptcpizeWhere, err)
+		return nil, fmt.Errorf("%s: %v", cfg.MptcpizeWhere, err)
 	}
 	if a.switcher != nil {
 		return nil, nil
 	}
 	s, err := mptcpize.New(cookie)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", cfg.mptcpizeWhere, err)
+		return nil, fmt.Errorf("%s: %v", cfg.MptcpizeWhere, err)
 	}
 	return s, nil
 }
@@ -237,15 +238,15 @@ func (d *Daemon) refreshConn(tok uint32) {
 	if d.sampler == nil || d.engine == nil || len(scopedCgroups(d.engine)) == 0 {
 		return
 	}
-	if _, ok := d.lastConns[tok]; ok {
+	if _, ok := d.view.conns[tok]; ok {
 		return
 	}
 	cs, err := d.sampler.Conns()
 	if err != nil {
 		return
 	}
-	conns := make(map[uint32]observe.Conn, len(d.lastConns)+1)
-	for k, v := range d.lastConns {
+	conns := make(map[uint32]observe.Conn, len(d.view.conns)+1)
+	for k, v := range d.view.conns {
 		conns[k] = v
 	}
 	for _, c := range cs {
@@ -253,7 +254,7 @@ func (d *Daemon) refreshConn(tok uint32) {
 			conns[c.Token] = c
 		}
 	}
-	d.lastConns = conns
+	d.view.conns = conns
 }
 
 // cgroupOf is a connection's cgroup id (the MPTCP socket's, else its

@@ -125,19 +125,3 @@ func cgroup2Mounted() bool {
 	}
 	return false
 }
-
-// peerAllowed: the API answers root and the user the daemon runs as. A
-// daemon run as an unprivileged user with capabilities (the systemd unit)
-// owns its socket (mode 0600), so that user reaches it anyway; root
-// reaches every socket. Anyone else is refused.
-func peerAllowed(uid uint32) bool {
-	return uid == 0 || uid == uint32(os.Geteuid())
-}
-
-// peerRefusal says who may ask and who asked.
-func peerRefusal(who string) string {
-	if euid := os.Geteuid(); euid != 0 {
-		return fmt.Sprintf("the mpsteer daemon answers root only, and the daemon's own user uid %d (this request came from %s): run the command as root", euid, who)
-	}
-	return fmt.Sprintf("the mpsteer daemon answers root only (this request came from %s): run the command as root", who)
-}

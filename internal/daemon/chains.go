@@ -1,72 +1,20 @@
 package daemon
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 
+	"mpsteer/internal/config"
 	"mpsteer/internal/datapath"
-	"mpsteer/internal/yamlcfg"
 )
-
-// ChainConfig is a chain declared in the daemon's config.
-type ChainConfig = datapath.ChainSpec
-
-func init() {
-	extraHandlers = append(extraHandlers, chainHandlers)
-}
-
-// parseChain reads one chains: entry; expressions are compiled here so a
-// bad one is refused with its file, line and key.
-func parseChain(m *yamlcfg.Map) ChainConfig {
-	c := ChainConfig{
-		ID:     uint32(m.Int("id", 0, 0, datapath.MaxChains-1)),
-		Dev:    m.String("dev", ""),
-		Hook:   datapath.Hook(m.Enum("hook", "", "ingress", "egress")),
-		Select: m.String("select", ""),
-		Act:    m.String("act", ""),
-	}
-	if c.Dev == "" {
-		m.Errorf("dev", "a chain needs a device (dev: eth0)")
-	}
-	if c.Hook == "" {
-		m.Errorf("hook", "a chain needs a hook (valid: ingress, egress)")
-	}
-	if _, err := datapath.Compile(c.Select, c.Act, nil); err != nil {
-		var ee *datapath.ExprError
-		key := "act"
-		if errors.As(err, &ee) && ee.What == "select" {
-			key = "select"
-		}
-		m.Errorf(key, "%v", err)
-	}
-	return c
-}
-
-// manager returns the datapath manager, loading it on first use.
-func (d *Daemon) manager() (*datapath.Manager, error) {
-	if d.dp != nil {
-		return d.dp, nil
-	}
-	// Persist is read once: the maps are chosen when they are loaded.
-	m, err := datapath.NewManagerWith(datapath.Options{PinDir: d.cfg.Persist})
-	if err != nil {
-		return nil, err
-	}
-	d.dp = m
-	return m, nil
-}
 
 // configChain is a chain the config declared, as attached.
 type configChain struct {
-	spec ChainConfig // as declared (ID 0: the manager picked id)
+	spec datapath.ChainSpec // as declared (ID 0: the manager picked id)
 	id   uint32
 }
 
 // sameChain: two declarations of one chain.
-func sameChain(a, b ChainConfig) bool {
+func sameChain(a, b datapath.ChainSpec) bool {
 	return a.Dev == b.Dev && a.Hook == b.Hook && a.Select == b.Select && a.Act == b.Act && a.ID == b.ID
 }
 
@@ -78,15 +26,15 @@ func sameChain(a, b ChainConfig) bool {
 // add or replace fails, what this call did is undone and the error names
 // the entry (file, line). A chain that cannot be removed stays tracked
 // and is retried on the next reload; it is reported in warnings.
-func (d *Daemon) reconcileChains(cfg *Config) (warnings []string, err error) {
-	if len(cfg.Chains) == 0 && len(d.configChains) == 0 {
+func (d *Daemon) reconcileChains(cfg *config.Config) (warnings []string, err error) {
+	if len(cfg.Chains) == 0 && len(d.chains) == 0 {
 		return nil, nil
 	}
 	m, err := d.manager()
 	if err != nil {
 		return nil, err
 	}
-	cur := d.configChains
+	cur := d.chains
 	keep := make([]int, len(cfg.Chains)) // index into cur, or -1
 	used := make([]bool, len(cur))
 	last := map[string]int{} // per dev/hook: the last kept index into cur
@@ -188,119 +136,11 @@ func (d *Daemon) reconcileChains(cfg *Config) (warnings []string, err error) {
 			// Still attached: keep it tracked so that the next reload (or
 			// the exit) tries again.
 			warnings = append(warnings, fmt.Sprintf("chain %d (no longer in the config) could not be removed: %v", c.id, err))
-			next = append(next, configChain{spec: ChainConfig{Dev: "(removed from the config)"}, id: c.id})
+			next = append(next, configChain{spec: datapath.ChainSpec{Dev: "(removed from the config)"}, id: c.id})
 			continue
 		}
 		d.log.Printf("chain %d removed (no longer in the config)", c.id)
 	}
-	d.configChains = next
+	d.chains = next
 	return warnings, nil
-}
-
-func chainHandlers(d *Daemon, mux *http.ServeMux) {
-	withManager := func(w http.ResponseWriter, fn func(m *datapath.Manager) (any, error)) {
-		d.mu.Lock()
-		m, err := d.manager()
-		d.mu.Unlock()
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		v, err := fn(m)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
-	}
-	id := func(r *http.Request) (uint32, error) {
-		n, err := strconv.ParseUint(r.PathValue("id"), 10, 32)
-		if err != nil {
-			return 0, fmt.Errorf("chain id %q is not a number", r.PathValue("id"))
-		}
-		return uint32(n), nil
-	}
-	mux.HandleFunc("GET /v1/chains", func(w http.ResponseWriter, r *http.Request) {
-		withManager(w, func(m *datapath.Manager) (any, error) { return m.List(), nil })
-	})
-	mux.HandleFunc("POST /v1/chains", func(w http.ResponseWriter, r *http.Request) {
-		var spec datapath.ChainSpec
-		if err := decode(r, &spec); err != nil {
-			writeErr(w, err)
-			return
-		}
-		withManager(w, func(m *datapath.Manager) (any, error) {
-			st, err := m.Add(spec)
-			if err == nil {
-				d.log.Printf("chain %d added on %s %s: select %q act %q", st.ID, spec.Dev, spec.Hook, spec.Select, spec.Act)
-			}
-			return st, err
-		})
-	})
-	mux.HandleFunc("DELETE /v1/chains/{id}", func(w http.ResponseWriter, r *http.Request) {
-		n, err := id(r)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		withManager(w, func(m *datapath.Manager) (any, error) {
-			return map[string]any{"deleted": n}, m.Del(n)
-		})
-	})
-	mux.HandleFunc("POST /v1/chains/{id}/{op}", func(w http.ResponseWriter, r *http.Request) {
-		n, err := id(r)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		var req struct {
-			Select string `json:"select"`
-			Act    string `json:"act"`
-			Before uint32 `json:"before"`
-			After  uint32 `json:"after"`
-		}
-		if r.ContentLength > 0 {
-			if err := decode(r, &req); err != nil {
-				writeErr(w, err)
-				return
-			}
-		}
-		withManager(w, func(m *datapath.Manager) (any, error) {
-			switch r.PathValue("op") {
-			case "release":
-				k, err := m.Release(n)
-				return map[string]any{"released": k}, err
-			case "replace":
-				return m.Replace(n, req.Select, req.Act)
-			case "move":
-				return m.Move(n, req.Before, req.After)
-			}
-			return nil, fmt.Errorf("unknown chain operation %q (valid: release, replace, move)", r.PathValue("op"))
-		})
-	})
-	mux.HandleFunc("POST /v1/actors", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			File string `json:"file"`
-			Name string `json:"name"`
-		}
-		if err := decode(r, &req); err != nil {
-			writeErr(w, err)
-			return
-		}
-		withManager(w, func(m *datapath.Manager) (any, error) {
-			if err := m.LoadActor(req.File, req.Name); err != nil {
-				return nil, err
-			}
-			d.log.Printf("actor %s loaded from %s", req.Name, req.File)
-			return map[string]any{"loaded": req.Name}, nil
-		})
-	})
-}
-
-func (d *Daemon) chainStatus() json.RawMessage {
-	if d.dp == nil {
-		return nil
-	}
-	b, _ := json.Marshal(d.dp.List())
-	return b
 }

@@ -15,45 +15,11 @@ import (
 	"time"
 
 	"mpsteer/internal/api"
-	"mpsteer/internal/daemon"
 	"mpsteer/internal/datapath"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/pm"
-	"mpsteer/internal/policy"
 	"mpsteer/internal/testutil"
 )
-
-func TestConfigErrorsNameTheKey(t *testing.T) {
-	cases := map[string]string{
-		"policies: []":  "",
-		"interval: 100": `c.yaml:1: interval: duration "100" has no unit`,
-		"policies: [{name: prefer, colour: blue}]":      `c.yaml:1: policies[0].colour: unknown key "colour"`,
-		"policies:\n  - name: prefer\n  - name: prefer": `c.yaml:3: policies[1].name: policy "prefer" is listed twice`,
-		"backup_via: magic":                             `backup_via: "magic" is not valid (valid: auto, endpoint, subflow)`,
-		"persist: bpf/state":                            `persist: "bpf/state" is not an absolute path`,
-		"polices: []":                                   `unknown key "polices"`,
-	}
-	checkConfigs(t, policy.Env{}, cases, nil)
-}
-
-// checkConfigs parses each config (as c.yaml) and checks the error it
-// gives contains the one wanted; "" wants none, and then valid (when not
-// nil) must hold of the config.
-func checkConfigs(t *testing.T, env policy.Env, cases map[string]string, valid func(*daemon.Config) bool) {
-	t.Helper()
-	for src, want := range cases {
-		cfg, err := daemon.ParseConfig("c.yaml", []byte(src), env)
-		if want == "" {
-			if err != nil || valid != nil && !valid(cfg) {
-				t.Errorf("%q: %v", src, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: err = %v, want %q", src, err, want)
-		}
-	}
-}
 
 // world: two veth paths; the client's second address is a subflow
 // endpoint; one MPTCP bulk upload can run through it.

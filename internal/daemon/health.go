@@ -6,17 +6,18 @@ import (
 	"net"
 	"net/netip"
 	"sort"
-	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	vnl "github.com/vishvananda/netlink"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/config"
 	"mpsteer/internal/lasthop"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/policy"
 	"mpsteer/internal/sockops"
-	"mpsteer/internal/yamlcfg"
 )
 
 // Receiver-assisted path health (RAMPTCP). A daemon whose config has a
@@ -25,90 +26,35 @@ import (
 // indications on each subflow and writes the report on its ACKs, and the
 // daemon adds its last hops' health from a source (the lab's emulator,
 // Wi-Fi station information). A daemon whose policies read reports
-// (ramptcp) has the same program parse the peers' reports; it reads them
-// every healthPoll and decides again at once when one changed, not only
-// every interval.
+// (ramptcp) has the same program parse the peers' reports; the health
+// poller reads them every healthPoll and marks the loop when one changed,
+// so the policies decide again at once, not only every interval. The
+// poller runs only while a policy reads reports or a last-hop source
+// feeds them: a policy that only wants the program's notsent_lowat
+// (prefer) costs no polling.
 
-// Last-hop sources of report_health.
-const (
-	SourceTransport = "transport" // transport-level reports alone
-	SourceLab       = "lab"
-	SourceWifi      = "wifi"
-)
-
-// healthPoll is how often the daemon reads the reports and samples its
+// healthPoll is how often the poller reads the reports and samples the
 // last hops (at the source's own interval).
 const healthPoll = 5 * time.Millisecond
 
-// ReportHealthConfig is the report_health section.
-type ReportHealthConfig struct {
-	// Source of the last hops' health: transport (none: transport-level
-	// reports alone), lab or wifi.
-	Source string
-	// Window and MinSegments: the loss indications are counted over
-	// Window; a path with fewer segments in it reports its loss as not
-	// known.
-	Window      time.Duration
-	MinSegments int
-	// Ports selects the connections to report on (none: all).
-	Ports []uint16
-	// LastHopWindow and MinPackets tune the source; Interfaces limits it.
-	LastHopWindow time.Duration
-	MinPackets    int
-	Interfaces    []string
-	// LabDir is the lab's state directory (default: found by the
-	// namespace's name).
-	LabDir string
-}
-
-// parseReportHealth reads report_health (nil when absent).
-func parseReportHealth(m *yamlcfg.Map) *ReportHealthConfig {
-	r := m.Map("report_health")
-	if r == nil {
-		return nil
-	}
-	c := &ReportHealthConfig{}
-	c.Source = r.Enum("source", SourceTransport, SourceTransport, SourceLab, SourceWifi)
-	c.Window = r.Duration("window", 100*time.Millisecond)
-	if c.Window < 10*time.Millisecond || c.Window > 10*time.Second {
-		r.Errorf("window", "%v is outside 10ms to 10s", c.Window)
-	}
-	c.MinSegments = r.Int("min_segments", 16, 1, 100000)
-	for _, p := range r.Strings("ports") {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 65535 {
-			r.Errorf("ports", "%q is not a port (1 to 65535)", p)
-			continue
-		}
-		c.Ports = append(c.Ports, uint16(n))
-	}
-	if len(c.Ports) > 64 {
-		r.Errorf("ports", "at most 64 ports")
-	}
-	c.LastHopWindow = r.Duration("last_hop_window", 0)
-	if c.LastHopWindow < 0 || c.LastHopWindow > 2*time.Second {
-		r.Errorf("last_hop_window", "%v is outside 0s (the source's default) to 2s", c.LastHopWindow)
-	}
-	c.MinPackets = r.Int("min_packets", 5, 1, 100000)
-	c.Interfaces = r.Strings("interfaces")
-	c.LabDir = r.String("lab_dir", "")
-	r.Done()
-	return c
-}
-
-func (c *ReportHealthConfig) key() string {
-	if c == nil {
-		return ""
-	}
-	return fmt.Sprintf("%+v", *c)
-}
-
-// healthState is the daemon's side of the path-health reports.
+// healthState is the daemon's side of the path-health reports. The loop
+// owns conf, reports and the program's life (under the daemon's mu); the
+// poller reads the program and the source under h.mu, never the daemon's.
 type healthState struct {
-	prog    *sockops.Health
-	progErr string
 	conf    sockops.HealthConfig
+	progErr string
+	// reports are the peers' reports by connection (local token), as the
+	// loop last took them.
+	reports map[uint32][]policy.PathHealth
+	polls   atomic.Uint64
+	// est are the established subflows of the last round (the receiver
+	// maps each to the interface its packets arrive on).
+	est atomic.Pointer[[]observe.Subflow]
 
+	mu   sync.Mutex // guards the rest
+	prog *sockops.Health
+	// readReports: a policy reads the peers' reports.
+	readReports bool
 	// The receiver's last-hop source.
 	src     lasthop.Source
 	srcKey  string
@@ -118,9 +64,7 @@ type healthState struct {
 	devs    map[[2]netip.Addr]devEntry
 	sent    map[policy.SubflowID]sentHop // what each subflow's reports carry
 	samples int
-
-	// The sender's reports, by connection (local token).
-	reports   map[uint32][]policy.PathHealth
+	// lastBytes: the reports as last read, to tell a change.
 	lastBytes map[sockops.PathKey][2]uint8
 	forgotAt  time.Time
 	reactions int
@@ -141,18 +85,21 @@ type sentHop struct {
 func (d *Daemon) syncHealth(req policy.Requirements) {
 	parse := req.HealthReports || req.NotSentLowat > 0
 	rep := d.cfg.ReportHealth
-	h := d.health
 	if !parse && rep == nil {
-		if h != nil {
-			d.closeHealth()
-		}
+		d.closeHealth()
 		return
 	}
+	h := d.health
 	if h == nil {
-		h = &healthState{hops: map[string]lasthop.Sample{}, devs: map[[2]netip.Addr]devEntry{}, sent: map[policy.SubflowID]sentHop{},
-			reports: map[uint32][]policy.PathHealth{}, lastBytes: map[sockops.PathKey][2]uint8{}}
+		h = &healthState{hops: map[string]lasthop.Sample{}, devs: map[[2]netip.Addr]devEntry{},
+			sent: map[policy.SubflowID]sentHop{}, lastBytes: map[sockops.PathKey][2]uint8{}}
 		d.health = h
+		d.healthNow.Store(h)
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	defer d.pokeHealth()
+	h.readReports = req.HealthReports
 	if h.prog == nil {
 		if h.progErr != "" {
 			return // tried and failed; said so once
@@ -176,7 +123,7 @@ func (d *Daemon) syncHealth(req policy.Requirements) {
 		h.conf = want
 	}
 	// The last-hop source.
-	key := rep.key()
+	key := rep.Key()
 	if key != h.srcKey {
 		if h.src != nil {
 			h.src.Close()
@@ -184,8 +131,8 @@ func (d *Daemon) syncHealth(req policy.Requirements) {
 		}
 		h.srcKey, h.srcErr = key, ""
 		h.hops = map[string]lasthop.Sample{}
-		if rep != nil && rep.Source != SourceTransport {
-			src, err := lasthop.Open(rep.Source, lasthop.Options{Window: rep.LastHopWindow, MinPackets: rep.MinPackets,
+		if rep != nil && rep.Source != config.SourceTransport {
+			src, err := d.opts.LastHop.Open(rep.Source, lasthop.Options{Window: rep.LastHopWindow, MinPackets: rep.MinPackets,
 				Interfaces: rep.Interfaces, NetNS: d.netns, Dir: rep.LabDir})
 			if err != nil {
 				h.srcErr = err.Error()
@@ -200,76 +147,111 @@ func (d *Daemon) syncHealth(req policy.Requirements) {
 	}
 }
 
+// pokeHealth wakes the poller (it has new work, or none).
+func (d *Daemon) pokeHealth() {
+	select {
+	case d.in.healthWake <- struct{}{}:
+	default:
+	}
+}
+
+// active reports whether the poller has work: reports to read or last
+// hops to sample (under h.mu).
+func (h *healthState) active() bool {
+	return h.prog != nil && (h.readReports || h.src != nil)
+}
+
 // closeHealth unloads the program and closes the source (under d.mu).
 func (d *Daemon) closeHealth() {
 	h := d.health
 	if h == nil {
 		return
 	}
+	h.mu.Lock()
 	if h.src != nil {
 		h.src.Close()
+		h.src = nil
 	}
 	if h.prog != nil {
 		h.prog.Close()
+		h.prog = nil
 	}
+	h.mu.Unlock()
 	d.health = nil
+	d.healthNow.Store(nil)
+	d.pokeHealth()
 }
 
-// healthLoop reads the reports and samples the last hops until ctx ends.
+// publishEstablished gives the poller this round's established subflows.
+func (d *Daemon) publishEstablished() {
+	if h := d.health; h != nil {
+		est := established(d.view.subflows)
+		h.est.Store(&est)
+	}
+}
+
+// healthLoop polls the reports and the last hops while there is work,
+// and sleeps until told otherwise when there is none.
 func (d *Daemon) healthLoop(ctx context.Context) {
-	t := time.NewTicker(healthPoll)
-	defer t.Stop()
-	idle := false
 	for {
+		h := d.healthNow.Load()
+		busy := false
+		if h != nil {
+			h.mu.Lock()
+			busy = h.active()
+			h.mu.Unlock()
+		}
+		if !busy {
+			// Nothing to poll: wait for a reload or a requirement to give
+			// it something (syncHealth and closeHealth poke).
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.in.healthWake:
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(healthPoll):
 		}
-		d.mu.Lock()
-		h := d.health
-		// Without the program, look again now and then only.
-		if (h == nil || h.prog == nil) != idle {
-			idle = !idle
-			if idle {
-				t.Reset(250 * time.Millisecond)
-			} else {
-				t.Reset(healthPoll)
-			}
+		if reports, changed := d.pollHealth(h); changed {
+			d.in.mark(func(in *inbox) { in.reports = reports })
 		}
-		var src lasthop.Source
-		if h != nil && h.prog != nil && h.src != nil && time.Since(h.srcAt) >= h.src.Interval() {
-			src = h.src
-			h.srcAt = time.Now()
-		}
-		d.mu.Unlock()
-		var hops map[string]lasthop.Sample
-		var srcErr error
-		if src != nil {
-			hops, srcErr = src.Sample() // outside the lock: it may ask another process
-		}
-		d.mu.Lock()
-		if h = d.health; h != nil && h.prog != nil {
-			if src != nil && h.src == src {
-				d.updateLastHops(h, hops, srcErr)
-			}
-			if h.conf.Parse {
-				d.readReports(h)
-			}
-			if time.Since(h.forgotAt) > time.Second {
-				h.forgotAt = time.Now()
-				live := map[uint32]bool{}
-				for _, sf := range d.lastSubflows {
-					live[sf.Token] = true
-				}
-				for tok := range d.lastConns {
-					live[tok] = true
-				}
-				h.prog.Forget(func(tok uint32) bool { return live[tok] })
-			}
-		}
-		d.mu.Unlock()
 	}
+}
+
+// pollHealth samples the last hops (at the source's interval) and reads
+// the reports; it returns them when they changed.
+func (d *Daemon) pollHealth(h *healthState) (map[uint32][]policy.PathHealth, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.active() {
+		return nil, false
+	}
+	h.polls.Add(1)
+	if h.src != nil && time.Since(h.srcAt) >= h.src.Interval() {
+		h.srcAt = time.Now()
+		hops, err := h.src.Sample()
+		d.updateLastHops(h, hops, err)
+	}
+	var est []observe.Subflow
+	if p := h.est.Load(); p != nil {
+		est = *p
+	}
+	if time.Since(h.forgotAt) > time.Second {
+		h.forgotAt = time.Now()
+		live := map[uint32]bool{}
+		for _, sf := range est {
+			live[sf.Token] = true
+		}
+		h.prog.Forget(func(tok uint32) bool { return live[tok] })
+	}
+	if !h.readReports {
+		return nil, false
+	}
+	return h.readChanged()
 }
 
 // devOf is the interface a subflow's packets arrive on: the one the route
@@ -291,7 +273,7 @@ func (h *healthState) devOf(local, remote netip.Addr, now time.Time) string {
 }
 
 // updateLastHops puts the source's latest health of each last hop on the
-// reports of the subflows that arrive over it.
+// reports of the subflows that arrive over it (under h.mu).
 func (d *Daemon) updateLastHops(h *healthState, hops map[string]lasthop.Sample, err error) {
 	if err != nil {
 		if h.srcErr == "" {
@@ -307,7 +289,11 @@ func (d *Daemon) updateLastHops(h *healthState, hops map[string]lasthop.Sample, 
 	now := time.Now()
 	want := map[sockops.PathKey]uint8{}
 	sent := map[policy.SubflowID]sentHop{}
-	for _, sf := range established(d.lastSubflows) {
+	var est []observe.Subflow
+	if p := h.est.Load(); p != nil {
+		est = *p
+	}
+	for _, sf := range est {
 		dev := h.devOf(sf.Local.Addr(), sf.Remote.Addr(), now)
 		s, ok := hops[dev]
 		sent[policy.ID(sf)] = sentHop{dev: dev, sample: s}
@@ -322,15 +308,15 @@ func (d *Daemon) updateLastHops(h *healthState, hops map[string]lasthop.Sample, 
 	}
 }
 
-// readReports takes in the peers' reports; when one changed, the policies
-// decide again for its connection at once.
-func (d *Daemon) readReports(h *healthState) {
+// readChanged reads the peers' reports and returns them all when one
+// changed since the last read (under h.mu).
+func (h *healthState) readChanged() (map[uint32][]policy.PathHealth, bool) {
 	reps, err := h.prog.Reports()
 	if err != nil {
-		return
+		return nil, false
 	}
 	by := map[uint32][]policy.PathHealth{}
-	changed := map[uint32]bool{}
+	changed := false
 	seen := map[sockops.PathKey]bool{}
 	for k, r := range reps {
 		ph := policy.PathHealth{LocalID: k.LocalID, RemoteID: k.RemoteID, Received: r.At, Reports: r.Count,
@@ -341,25 +327,26 @@ func (d *Daemon) readReports(h *healthState) {
 		seen[k] = true
 		b := [2]uint8{r.Loss, r.LastHop}
 		if old, ok := h.lastBytes[k]; !ok || old != b {
-			changed[k.Token] = true
+			changed = true
 			h.lastBytes[k] = b
 		}
 	}
 	for k := range h.lastBytes {
 		if !seen[k] {
 			delete(h.lastBytes, k)
+			changed = true
 		}
+	}
+	if !changed {
+		return nil, false
 	}
 	for _, l := range by {
 		sort.Slice(l, func(i, j int) bool {
 			return l[i].LocalID < l[j].LocalID || l[i].LocalID == l[j].LocalID && l[i].RemoteID < l[j].RemoteID
 		})
 	}
-	h.reports = by
-	if len(changed) > 0 && d.engine.Requirements().HealthReports {
-		h.reactions++
-		d.reactHealth(changed, time.Now())
-	}
+	h.reactions++
+	return by, true
 }
 
 // healthOf is what snapshots carry for a connection.
@@ -368,40 +355,6 @@ func (d *Daemon) healthOf(token uint32) []policy.PathHealth {
 		return nil
 	}
 	return d.health.reports[token]
-}
-
-// reactHealth decides again for the connections whose reports changed,
-// between samples, as react does for events.
-func (d *Daemon) reactHealth(tokens map[uint32]bool, now time.Time) {
-	snap := d.snapshot(now, d.lastSubflows, d.lastConns, nil)
-	snap.Sampled = d.lastSampled // the figures are the last sample's
-	full := d.engine.Decide(snap)
-	if d.lastPlan.Backup == nil {
-		d.lastPlan.Backup = map[policy.SubflowID]policy.Action{}
-	}
-	if d.lastPlan.Limits == nil {
-		d.lastPlan.Limits = map[policy.SubflowID]policy.Action{}
-	}
-	var acts []api.ActionRecord
-	for tok := range tokens {
-		plan := full.ForToken(tok)
-		var conn []observe.Subflow
-		for _, o := range established(d.lastSubflows) {
-			if _, ok := plan.Backup[policy.ID(o)]; ok && o.Token == tok {
-				conn = append(conn, o)
-			}
-		}
-		for sid, a := range plan.Backup {
-			d.lastPlan.Backup[sid] = a
-		}
-		for sid, a := range plan.Limits {
-			d.lastPlan.Limits[sid] = a
-		}
-		acts = append(acts, d.act.Apply(plan.Backup, conn, false)...)
-		acts = append(acts, d.rates.Apply(plan.Limits, conn, false)...)
-	}
-	d.record(acts...)
-	d.applyLifecycle(full.Lifecycle, snap, now)
 }
 
 func pct(v float64, ok bool) *float64 {
@@ -426,6 +379,8 @@ func (d *Daemon) subflowHealth(sf observe.Subflow, now time.Time) *api.PathRepor
 				Via: fmt.Sprintf("%d→%d", r.ViaLocalID, r.ViaRemoteID)}
 		}
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if s, ok := h.sent[policy.ID(sf)]; ok && h.conf.Report {
 		return &api.PathReport{Direction: "sent", LastHopPct: pct(s.sample.Health, s.sample.Known), Iface: s.dev,
 			Detail: s.sample.Detail, At: h.srcAt, AgeMs: float64(now.Sub(h.srcAt)) / 1e6}
@@ -439,6 +394,8 @@ func (d *Daemon) healthStatus() *api.HealthStatus {
 	if h == nil {
 		return nil
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	st := &api.HealthStatus{Report: h.conf.Report, Parse: h.conf.Parse, Error: h.progErr, SourceError: h.srcErr,
 		Reactions: h.reactions}
 	if rep := d.cfg.ReportHealth; rep != nil {

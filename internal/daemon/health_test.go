@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"mpsteer/internal/api"
-	"mpsteer/internal/daemon"
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/traffic"
 	labworld "mpsteer/internal/lab/world"
-	"mpsteer/internal/policy"
 	"mpsteer/internal/sockops"
 	"mpsteer/internal/testutil"
 	"mpsteer/internal/units"
@@ -199,15 +197,4 @@ func TestHealthOptionStripped(t *testing.T) {
 	if st.Health.Program["parsed"] != 0 || st.Health.Program["malformed"] != 0 {
 		t.Fatalf("client parsed %d, malformed %d after stripping", st.Health.Program["parsed"], st.Health.Program["malformed"])
 	}
-}
-
-func TestReportHealthConfig(t *testing.T) {
-	checkConfigs(t, policy.Env{}, map[string]string{
-		"report_health: {source: lab, window: 50ms, min_segments: 8, ports: [5201], last_hop_window: 100ms}": "",
-		"report_health: {}":                       "",
-		"report_health: {source: radio}":          "source",
-		"report_health: {ports: [70000]}":         "ports",
-		"report_health: {window: 1ms}":            "window",
-		"report_health: {source: lab, colour: 1}": `unknown key "colour"`,
-	}, func(cfg *daemon.Config) bool { return cfg.ReportHealth != nil })
 }

@@ -7,17 +7,17 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// subscribeInterfaces reports, on the returned channel, that an interface
-// or an address of this network namespace changed (rtnetlink: link state
-// and carrier, addresses added and removed). Bursts are merged: one
-// pending report is enough for a new round. When the subscription cannot
-// be made the channel never reports, and the policies see the change at
-// the next sample.
-func subscribeInterfaces(ctx context.Context, logger *log.Logger) <-chan struct{} {
-	out := make(chan struct{}, 1)
+// watchInterfaces marks the inbox when an interface or an address of this
+// network namespace changed (rtnetlink: link state and carrier, addresses
+// added and removed): the policies decide again at once, not at the next
+// sample (a path that is back is probed right away). Bursts are merged by
+// the inbox. When the subscription cannot be made, the policies see the
+// change at the next sample.
+func watchInterfaces(ctx context.Context, logger *log.Logger, in *inbox) {
 	addrs := make(chan netlink.AddrUpdate, 64)
 	links := make(chan netlink.LinkUpdate, 64)
 	done := make(chan struct{})
+	defer close(done)
 	if err := netlink.AddrSubscribe(addrs, done); err != nil {
 		logger.Printf("address events: %v (changes show at the next sample)", err)
 		addrs = nil
@@ -26,32 +26,23 @@ func subscribeInterfaces(ctx context.Context, logger *log.Logger) <-chan struct{
 		logger.Printf("link events: %v (changes show at the next sample)", err)
 		links = nil
 	}
-	notify := func() {
+	changed := func() { in.mark(func(in *inbox) { in.iface = true }) }
+	for {
 		select {
-		case out <- struct{}{}:
-		default:
+		case <-ctx.Done():
+			return
+		case _, ok := <-addrs:
+			if !ok {
+				addrs = nil
+				continue
+			}
+			changed()
+		case _, ok := <-links:
+			if !ok {
+				links = nil
+				continue
+			}
+			changed()
 		}
 	}
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-addrs:
-				if !ok {
-					addrs = nil
-					continue
-				}
-				notify()
-			case _, ok := <-links:
-				if !ok {
-					links = nil
-					continue
-				}
-				notify()
-			}
-		}
-	}()
-	return out
 }

@@ -10,40 +10,76 @@ import (
 	"golang.org/x/sys/unix"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/datapath"
+	"mpsteer/internal/metrics"
+	"mpsteer/internal/monitor"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
 )
 
 // ops is what makes the daemon operable: Prometheus metrics
-// (metrics.go), the monitor stream (monitor.go), systemd's readiness
-// protocol and watchdog (here), and the config file watcher (watch.go).
-// Every method is safe on a nil *ops (a Daemon built by a unit test has
-// none).
+// (internal/metrics), the monitor stream (internal/monitor), systemd's
+// readiness protocol and watchdog, and the config file watcher
+// (watch.go). Every method is safe on a nil *ops (a Daemon built by a
+// unit test has none).
 type ops struct {
 	d       *Daemon
 	opts    Options
-	metrics *metrics
-	hub     *monitorHub
+	metrics *metrics.Metrics
+	hub     *monitor.Hub
 
 	mu sync.Mutex
 	// decisions are the verdicts last told to monitors, per subflow.
-	decisions map[policy.SubflowID]string
-	// sampleFailed: the current round's sample failed.
-	sampleFailed bool
-	watchdog     time.Duration
-	lastPing     time.Time
-	stopWatch    func()
-	stopMetrics  func()
+	decisions   map[policy.SubflowID]string
+	watchdog    time.Duration
+	lastPing    time.Time
+	stopWatch   func()
+	stopMetrics func()
 }
 
 func newOps(d *Daemon, o Options) *ops {
-	op := &ops{d: d, opts: o, hub: newMonitorHub(), decisions: map[policy.SubflowID]string{}}
-	op.metrics = newMetrics(d, op.hub)
-	op.metrics.subflowSeries = o.MetricsSubflows
+	op := &ops{d: d, opts: o, hub: monitor.NewHub(), decisions: map[policy.SubflowID]string{}}
+	op.metrics = metrics.New(metricsSource{d}, op.hub, o.MetricsSubflows)
 	if iv, err := sdnotify.SdWatchdogEnabled(false); err == nil && iv > 0 {
 		op.watchdog = iv
 	}
 	return op
+}
+
+// metricsSource is the daemon as the metrics read it.
+type metricsSource struct{ d *Daemon }
+
+func (s metricsSource) MetricsView() metrics.View {
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := metrics.View{Version: d.opts.Version, Interval: d.cfg.Interval, Subflows: append([]observe.Subflow(nil), d.view.subflows...),
+		Conns: len(d.view.conns), Outcomes: len(d.outcomes), Reactions: append([]time.Duration(nil), d.loop.reactions...)}
+	for _, p := range d.engine.Policies {
+		v.Policies = append(v.Policies, p.Name())
+	}
+	for _, a := range d.lastPlan.Backup {
+		v.Backup = append(v.Backup, a)
+	}
+	for _, a := range d.lastPlan.Limits {
+		v.Limits = append(v.Limits, a)
+	}
+	return v
+}
+
+// Chains reads the datapath's chains without the daemon's lock: the
+// manager has its own, which a slow compile must not make the daemon's
+// wait on.
+func (s metricsSource) Chains() []*datapath.ChainStatus {
+	d := s.d
+	d.mu.Lock()
+	dp := d.dp
+	d.mu.Unlock()
+	if dp == nil {
+		return nil
+	}
+	return dp.List()
 }
 
 // notify tells systemd (when it started the daemon with NOTIFY_SOCKET).
@@ -65,7 +101,7 @@ func (op *ops) start() error {
 	if op == nil || op.opts.MetricsAddr == "" {
 		return nil
 	}
-	stop, err := op.metrics.serve(op.opts.MetricsAddr, op.d.log)
+	stop, err := op.metrics.Serve(op.opts.MetricsAddr, op.d.log)
 	if err != nil {
 		return err
 	}
@@ -122,7 +158,7 @@ func (op *ops) close() {
 	if op.stopMetrics != nil {
 		op.stopMetrics()
 	}
-	op.hub.close()
+	op.hub.Close()
 }
 
 // recorded sees every action record.
@@ -132,8 +168,8 @@ func (op *ops) recorded(acts []api.ActionRecord) {
 	}
 	for i := range acts {
 		a := acts[i]
-		op.metrics.action(a)
-		op.hub.publish(api.MonitorEvent{At: a.At, Type: api.MonitorAction, Action: &a})
+		op.metrics.Action(a)
+		op.hub.Publish(api.MonitorEvent{At: a.At, Type: api.MonitorAction, Action: &a})
 	}
 }
 
@@ -142,12 +178,11 @@ func (op *ops) event(ev pm.Event) {
 	if op == nil {
 		return
 	}
-	op.metrics.event(ev)
-	if !op.hub.active() {
+	op.metrics.Event(ev)
+	if !op.hub.Active() {
 		return
 	}
-	at := time.Now()
-	me := api.MonitorEvent{At: at, Type: api.MonitorPM, Event: ev.Type.String(), Token: fmt.Sprintf("%08x", ev.Token),
+	me := api.MonitorEvent{At: time.Now(), Type: api.MonitorPM, Event: ev.Type.String(), Token: fmt.Sprintf("%08x", ev.Token),
 		ServerSide: ev.ServerSide, Errno: ev.Error, ResetReason: ev.ResetReason}
 	if ev.Local.IsValid() {
 		me.Local = ev.Local.String()
@@ -163,42 +198,39 @@ func (op *ops) event(ev pm.Event) {
 		rid := ev.RemoteID
 		me.RemoteID = &rid
 	}
-	op.hub.publish(me)
+	op.hub.Publish(me)
 }
 
-// sampleError counts a failed sample (the round ends early).
+// sampleError counts a failed sample.
 func (op *ops) sampleError() {
 	if op == nil {
 		return
 	}
-	op.mu.Lock()
-	op.sampleFailed = true
-	op.mu.Unlock()
-	op.metrics.sampleErrors.Inc()
+	op.metrics.SampleError()
+	op.metrics.Round(time.Now(), time.Now(), true)
 }
 
-// roundDone ends a sampling round that began at start: its time, the
-// decisions that changed (for monitors), and systemd's watchdog.
+// roundDone ends a sample round that began at start (under the daemon's
+// mu): its time, the decisions that changed (for monitors), and systemd's
+// watchdog.
 func (op *ops) roundDone(start time.Time) {
 	if op == nil {
 		return
 	}
 	now := time.Now()
 	op.mu.Lock()
-	failed := op.sampleFailed
-	op.sampleFailed = false
 	ping := op.watchdog > 0 && now.Sub(op.lastPing) >= op.watchdog/4
 	if ping {
 		op.lastPing = now
 	}
 	op.mu.Unlock()
-	op.metrics.round(start, now, failed)
+	op.metrics.Round(start, now, false)
 	if ping {
 		notify("WATCHDOG=1")
 	}
-	if !failed && op.hub.active() {
-		op.diffDecisions(now)
-	} else if !op.hub.active() {
+	if op.hub.Active() {
+		op.diffDecisions(now, op.d.lastPlan)
+	} else {
 		op.mu.Lock()
 		clear(op.decisions)
 		op.mu.Unlock()
@@ -207,19 +239,17 @@ func (op *ops) roundDone(start time.Time) {
 
 // diffDecisions tells monitors which subflows' verdicts changed since
 // the last round.
-func (op *ops) diffDecisions(now time.Time) {
-	d := op.d
+func (op *ops) diffDecisions(now time.Time, plan policy.Plan) {
 	type verdict struct{ policy, text, reason string }
 	cur := map[policy.SubflowID]verdict{}
-	d.mu.Lock()
-	for sid, a := range d.lastPlan.Backup {
+	for sid, a := range plan.Backup {
 		v := "active"
 		if a.Backup {
 			v = "backup"
 		}
 		cur[sid] = verdict{a.Policy, v, a.Reason}
 	}
-	for sid, a := range d.lastPlan.Limits {
+	for sid, a := range plan.Limits {
 		v := cur[sid]
 		text := "capped " + a.Rate.String()
 		if a.Rate <= 0 {
@@ -230,7 +260,6 @@ func (op *ops) diffDecisions(now time.Time) {
 		}
 		cur[sid] = verdict{a.Policy, text, a.Reason}
 	}
-	d.mu.Unlock()
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	for sid, v := range cur {
@@ -239,31 +268,19 @@ func (op *ops) diffDecisions(now time.Time) {
 			continue
 		}
 		op.decisions[sid] = key
-		op.hub.publish(api.MonitorEvent{At: now, Type: api.MonitorDecision, Policy: v.policy, Subflow: sid.String(), Decision: v.text, Reason: v.reason})
+		op.hub.Publish(api.MonitorEvent{At: now, Type: api.MonitorDecision, Policy: v.policy, Subflow: sid.String(), Decision: v.text, Reason: v.reason})
 	}
 	for sid := range op.decisions {
 		if _, ok := cur[sid]; !ok {
 			delete(op.decisions, sid)
-			op.hub.publish(api.MonitorEvent{At: now, Type: api.MonitorDecision, Subflow: sid.String(), Decision: "none", Reason: "no policy has an opinion on it (or it is gone)"})
+			op.hub.Publish(api.MonitorEvent{At: now, Type: api.MonitorDecision, Subflow: sid.String(), Decision: "none", Reason: "no policy has an opinion on it (or it is gone)"})
 		}
 	}
 }
 
-// reloadConfig reloads the file the daemon runs now (--config, or the
-// last one `policy apply` sent): what SIGHUP and a change of the file both
-// do. A config that is wrong is refused and logged; the old one stays.
-func (d *Daemon) reloadConfig(trigger string) {
-	d.mu.Lock()
-	file := d.cfg.File
-	d.mu.Unlock()
+// reloading tells systemd a reload begins.
+func (op *ops) reloading() {
 	notify(fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d", monotonicUsec()))
-	msg, err := d.reload(file, nil)
-	if err != nil {
-		d.log.Printf("%s: config not applied, the old one stays: %v", trigger, err)
-	} else {
-		d.log.Printf("%s: %s", trigger, msg)
-	}
-	d.ops.reloaded(trigger, msg, err)
 }
 
 // reloaded sees the outcome of every reload, whatever asked for it.
@@ -275,7 +292,7 @@ func (op *ops) reloaded(trigger, msg string, err error) {
 	if !ok {
 		msg = err.Error()
 	}
-	op.metrics.reload(trigger, ok)
-	op.hub.publish(api.MonitorEvent{At: time.Now(), Type: api.MonitorReload, Trigger: trigger, Applied: &ok, Message: msg})
+	op.metrics.Reload(trigger, ok)
+	op.hub.Publish(api.MonitorEvent{At: time.Now(), Type: api.MonitorReload, Trigger: trigger, Applied: &ok, Message: msg})
 	notify("READY=1\nSTATUS=" + op.statusLine())
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func idleConn(tok uint32, cookie uint64, acked uint64, unacked uint32) *policy.Conn {
-	sf := observe.Subflow{Token: tok, Cookie: cookie, State: tcpEstablished, MPTCP: true, BytesAcked: acked, Unacked: unacked,
+	sf := observe.Subflow{Token: tok, Cookie: cookie, State: observe.TCPEstablished, MPTCP: true, BytesAcked: acked, Unacked: unacked,
 		Local: netip.AddrPortFrom(netip.MustParseAddr("10.1.0.1"), uint16(cookie)), Remote: netip.MustParseAddrPort("10.1.0.2:5201")}
 	return &policy.Conn{Token: tok, Subflows: []observe.Subflow{sf}, Established: true}
 }

@@ -1,23 +1,14 @@
 package daemon
 
 import (
-	"io"
-	"log"
 	"testing"
 	"time"
-
-	"mpsteer/internal/policy"
 )
 
 // Interval changes in a row must never block: the main loop that would
 // read the wake-up may be the one running the reload (SIGHUP).
 func TestReloadIntervalNeverBlocks(t *testing.T) {
-	cfg, err := ParseConfig("/c.yaml", []byte("interval: 100ms\n"), policy.Env{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &Daemon{log: log.New(io.Discard, "", 0), cfg: cfg, engine: &policy.Engine{},
-		intervalChanged: make(chan struct{}, 1)}
+	d := testDaemon(t, "/c.yaml", "interval: 100ms\n")
 	done := make(chan error, 1)
 	go func() {
 		for _, iv := range []string{"50ms", "70ms", "90ms"} {
@@ -44,13 +35,8 @@ func TestReloadIntervalNeverBlocks(t *testing.T) {
 // A reload keeps a policy whose entry did not change (and its state), and
 // builds anew one whose entry changed.
 func TestReloadKeepsUnchangedPolicies(t *testing.T) {
-	cfg, err := ParseConfig("/c.yaml", []byte("policies:\n  - {name: dynthresh}\n  - {name: prefer, paths: [wlan0]}\n"), policy.Env{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &Daemon{log: log.New(io.Discard, "", 0), cfg: cfg, engine: &policy.Engine{Policies: cfg.Policies},
-		intervalChanged: make(chan struct{}, 1)}
-	dyn, pref := cfg.Policies[0], cfg.Policies[1]
+	d := testDaemon(t, "/c.yaml", "policies:\n  - {name: dynthresh}\n  - {name: prefer, paths: [wlan0]}\n")
+	dyn, pref := d.cfg.Policies[0], d.cfg.Policies[1]
 	// Same dynthresh written differently (a comment, flow vs block style);
 	// prefer's paths changed.
 	if _, err := d.reload("/c.yaml", []byte("policies:\n  # the same\n  - name: dynthresh\n  - {name: prefer, paths: [eth0]}\n")); err != nil {

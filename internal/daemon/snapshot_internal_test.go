@@ -19,8 +19,8 @@ func TestSnapshotGroupsSubflows(t *testing.T) {
 		return observe.Subflow{Token: tok, State: state, MPTCP: true,
 			Local: netip.AddrPortFrom(netip.MustParseAddr("10.1.0.1"), port), Remote: netip.MustParseAddrPort("10.1.0.2:5201")}
 	}
-	sfs := []observe.Subflow{sf(2, 1, tcpEstablished), sf(1, 2, tcpEstablished), sf(2, 3, tcpSynSent), sf(2, 4, tcpEstablished),
-		sf(1, 5, tcpEstablished), sf(3, 6, tcpSynSent), sf(1, 7, 7 /* closed */)}
+	sfs := []observe.Subflow{sf(2, 1, observe.TCPEstablished), sf(1, 2, observe.TCPEstablished), sf(2, 3, observe.TCPSynSent), sf(2, 4, observe.TCPEstablished),
+		sf(1, 5, observe.TCPEstablished), sf(3, 6, observe.TCPSynSent), sf(1, 7, 7 /* closed */)}
 	s := d.snapshot(time.Now(), sfs, nil, nil)
 	ports := func(l []observe.Subflow) (out []uint16) {
 		for _, x := range l {
@@ -41,7 +41,7 @@ func TestSnapshotGroupsSubflows(t *testing.T) {
 			t.Fatalf("connection %d: subflows, pending %v, want %v", c.Token, got, want[c.Token])
 		}
 	}
-	s.Conns[0].Subflows = append(s.Conns[0].Subflows, sf(1, 99, tcpEstablished))
+	s.Conns[0].Subflows = append(s.Conns[0].Subflows, sf(1, 99, observe.TCPEstablished))
 	if got := fmt.Sprint(ports(s.Conns[1].Subflows)); got != "[1 4]" {
 		t.Fatalf("after an append to connection 1's subflows, connection 2's are %s", got)
 	}

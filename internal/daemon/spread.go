@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"mpsteer/internal/config"
 	"time"
 
 	"mpsteer/internal/datapath/spread"
@@ -20,12 +21,12 @@ type spreadState struct {
 
 // spreadPolicy finds the config's spread policy (at most one: policies
 // are listed once) and its canonical entry.
-func spreadPolicy(cfg *Config) (*policy.Spread, string) {
+func spreadPolicy(cfg *config.Config) (*policy.Spread, string) {
 	for i, p := range cfg.Policies {
 		if s, ok := p.(*policy.Spread); ok {
 			key := ""
-			if i < len(cfg.policyKeys) {
-				key = cfg.policyKeys[i]
+			if i < len(cfg.PolicyKeys) {
+				key = cfg.PolicyKeys[i]
 			}
 			return s, key
 		}
@@ -40,7 +41,7 @@ func spreadPolicy(cfg *Config) (*policy.Spread, string) {
 // previous datapath is back in place and the error names the policy's
 // entry (file:line). rollback undoes what the call did, for a reload that
 // fails later (its chains).
-func (d *Daemon) reconcileSpread(cfg *Config) (rollback func(), err error) {
+func (d *Daemon) reconcileSpread(cfg *config.Config) (rollback func(), err error) {
 	noop := func() {}
 	want, wantKey := spreadPolicy(cfg)
 	var old *policy.Spread

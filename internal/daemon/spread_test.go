@@ -20,23 +20,8 @@ import (
 	"mpsteer/internal/lab/traffic"
 	labworld "mpsteer/internal/lab/world"
 	"mpsteer/internal/netnsutil"
-	"mpsteer/internal/policy"
 	"mpsteer/internal/testutil"
 )
-
-func TestSpreadConfigErrorsNameTheKey(t *testing.T) {
-	env := policy.Env{Addrs: func(d string) ([]netip.Addr, bool) {
-		return nil, d == "vmbr0" || d == "phy1" || d == "phy2"
-	}}
-	cases := map[string]string{
-		"policies: [{name: spread, from: [vmbr0], via: [phy1, phy2]}]":                 "",
-		"policies: [{name: spread, from: [vmbr0], via: [phy1, eth9]}]":                 `c.yaml:1: policies[0].via[1]: this host has no device eth9`,
-		"policies: [{name: spread, from: [vmbr0], via: [phy1]}]":                       `c.yaml:1: policies[0].via: 1 uplink given; spreading needs at least 2`,
-		"policies:\n  - name: spread\n    from: [br7]\n    via: [phy1, phy2]":          `c.yaml:3: policies[0].from: this host has no device br7`,
-		"policies:\n  - {name: spread, from: [vmbr0], via: [phy1, phy2], priority: 0}": `c.yaml:2: policies[0].priority: "0" is not valid`,
-	}
-	checkConfigs(t, env, cases, nil)
-}
 
 // A tenants world: two hypervisors, two 50 Mbit/s links, the measured VM
 // pair's connections get two subflows from the client VM's one address.
@@ -52,8 +37,6 @@ tenants:
 traffic: [{type: bulk, duration: 2s}]
 `
 
-// spreadConfig spreads the VMs' subflows of one hypervisor over both links;
-// peer is the other hypervisor's address suffix on the links (2 or 1).
 func spreadConfig(peer int, extra string) string {
 	return fmt.Sprintf("policies: [{name: spread, from: [vmbr0], via: [{dev: phy1, gateway: 10.250.1.%d}, {dev: phy2, gateway: 10.250.2.%d}]%s}]\n", peer, peer, extra)
 }

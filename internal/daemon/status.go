@@ -1,34 +1,25 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
 	"time"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/metrics"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/policy"
 	"mpsteer/internal/stats"
 )
 
-// tcpStates names the TCP states a subflow shows.
-var tcpStates = map[uint8]string{1: "established", 2: "syn-sent", 3: "syn-recv", 4: "fin-wait1", 5: "fin-wait2",
-	6: "time-wait", 7: "close", 8: "close-wait", 9: "last-ack", 11: "closing"}
-
-func stateName(s uint8) string {
-	if n, ok := tcpStates[s]; ok {
-		return n
-	}
-	return fmt.Sprintf("state-%d", s)
-}
-
 // Status builds the API's status.
 func (d *Daemon) Status() api.Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := api.Status{PID: os.Getpid(), NetNS: d.netns, Config: d.cfg.File, PathManager: d.pmMode, BackupVia: d.act.Mode(),
-		IntervalMs: float64(d.cfg.Interval) / 1e6, Hint: d.hint, Actions: append([]api.ActionRecord(nil), d.actions...)}
+	st := api.Status{PID: os.Getpid(), NetNS: d.netns, Config: d.cfg.File, PathManager: d.pmMode, BackupVia: d.apply.flags.Mode(),
+		IntervalMs: float64(d.cfg.Interval) / 1e6, Hint: d.hint, Actions: append([]api.ActionRecord(nil), d.records.recent...)}
 	for _, p := range d.engine.Policies {
 		st.Policies = append(st.Policies, api.PolicyStatus{Name: p.Name(), Status: p.Status()})
 	}
@@ -38,8 +29,8 @@ func (d *Daemon) Status() api.Status {
 	conn := func(tok uint32) *api.ConnStatus {
 		c := byTok[tok]
 		if c == nil {
-			c = &api.ConnStatus{Token: fmt.Sprintf("%08x", tok), Actions: d.connActions[tok]}
-			if dc, ok := d.lastConns[tok]; ok {
+			c = &api.ConnStatus{Token: fmt.Sprintf("%08x", tok), Actions: d.records.connActions[tok]}
+			if dc, ok := d.view.conns[tok]; ok {
 				c.Local, c.Remote = dc.Local.String(), dc.Remote.String()
 				c.CgroupID = dc.CgroupID
 				c.Cgroup = d.scope.resolve(dc.CgroupID, scopes, time.Now())
@@ -56,8 +47,8 @@ func (d *Daemon) Status() api.Status {
 		}
 		return c
 	}
-	for _, sf := range d.lastSubflows {
-		if sf.State != tcpEstablished && sf.State != tcpSynSent && sf.State != tcpSynRecv {
+	for _, sf := range d.view.subflows {
+		if sf.State != observe.TCPEstablished && sf.State != observe.TCPSynSent && sf.State != observe.TCPSynRecv {
 			continue
 		}
 		c := conn(sf.Token)
@@ -75,22 +66,30 @@ func (d *Daemon) Status() api.Status {
 	for _, t := range toks {
 		st.Connections = append(st.Connections, *byTok[t])
 	}
-	st.Reaction = latencyStats(d.reactions)
-	if d.rto != nil {
-		st.RTO = d.rto.Stats()
+	st.Reaction = latencyStats(d.loop.reactions)
+	if d.progs.rto != nil {
+		st.RTO = d.progs.rto.Stats()
 	}
-	if d.initial != nil {
-		st.AvoidInitial = map[string]any{"addr": d.initial.Addr().String(), "counters": d.initial.Stats()}
+	if d.progs.initial != nil {
+		st.AvoidInitial = map[string]any{"addr": d.progs.initial.Addr().String(), "counters": d.progs.initial.Stats()}
 	}
-	st.RateProgram = d.rates.Stats()
-	st.Chains = d.chainStatus()
+	st.RateProgram = d.apply.rates.Stats()
+	if d.dp != nil {
+		st.Chains, _ = json.Marshal(d.dp.List())
+	}
+	st.Endpoints = d.apply.flags.Endpoints()
+	st.Loop = d.loopStatus()
+	st.StateError = d.records.stateErr
+	if d.state != nil {
+		st.StateFile = d.state.Path()
+	}
 	st.Health = d.healthStatus()   // health.go
 	st.Mptcpize = d.scope.status() // appscope.go
 	return st
 }
 
 func subflowStatus(sf observe.Subflow) api.SubflowStatus {
-	return api.SubflowStatus{Local: sf.Local.String(), Remote: sf.Remote.String(), State: stateName(sf.State),
+	return api.SubflowStatus{Local: sf.Local.String(), Remote: sf.Remote.String(), State: metrics.StateName(sf.State),
 		LocalID: sf.LocalID, RemoteID: sf.RemoteID, BackupLocal: sf.BackupLocal, BackupRemote: sf.BackupRemote,
 		SRTTMs: float64(sf.SRTT) / 1e6, Cwnd: sf.Cwnd, DeliveryMbit: float64(sf.DeliveryRate) * 8 / 1e6,
 		BytesAcked: sf.BytesAcked, Retransmits: sf.TotalRetrans}

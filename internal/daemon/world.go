@@ -1,11 +1,10 @@
 package daemon
 
 import (
-	"fmt"
-	"path/filepath"
 	"time"
 
 	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/observe"
 )
 
 // worldCheckEvery: how often a round looks at the namespace's MPTCP
@@ -16,13 +15,14 @@ const worldCheckEvery = time.Second
 // disabled or enabled (net.mptcp.enabled) or its path manager switched
 // (net.mptcp.path_manager, pm_type) under the running daemon. A switched
 // path manager is taken on: lifecycle actions follow it, and with
-// backup_via auto the backup actuator is changed to the one it needs
-// (what the old one changed is undone first). Called with d.mu held.
+// backup_via auto the flag actuator is changed to the one it needs (the
+// round's followConfig; what the old one changed is undone first).
+// Called with mu held.
 func (d *Daemon) checkWorld(now time.Time) {
-	if now.Sub(d.lastWorldCheck) < worldCheckEvery {
+	if now.Sub(d.worldAt) < worldCheckEvery {
 		return
 	}
-	d.lastWorldCheck = now
+	d.worldAt = now
 	if en, err := netnsutil.ReadSysctl("net.mptcp.enabled"); err == nil && en != d.mptcpEnabled {
 		switch {
 		case d.mptcpEnabled == "":
@@ -33,22 +33,8 @@ func (d *Daemon) checkWorld(now time.Time) {
 		}
 		d.mptcpEnabled = en
 	}
-	m := pathManager()
-	if m == d.pmMode {
-		return
-	}
-	d.log.Printf("the path manager is %s now (was %s)", m, d.pmMode)
-	d.pmMode = m
-	if d.life != nil {
-		d.life.mode = m
-	}
-	if d.cfg == nil || d.cfg.BackupVia != "auto" || d.act == nil {
-		return
-	}
-	state := loadState(filepath.Join(d.opts.StateDir, fmt.Sprintf("daemon-netns-%d.json", d.cookie)))
-	if next := d.chooseActuator("auto", state); next.Mode() != d.act.Mode() {
-		d.record(d.act.Restore()...)
-		d.act = next
-		d.log.Printf("backup flags are set per %s now (backup_via auto)", next.Mode())
+	if m := observe.PathManager(); m != d.pmMode {
+		d.log.Printf("the path manager is %s now (was %s)", m, d.pmMode)
+		d.pmMode = m
 	}
 }

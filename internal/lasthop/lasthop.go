@@ -3,15 +3,14 @@
 // peers (RAMPTCP): on a real host the Wi-Fi station information of the
 // kernel's nl80211 (signal, transmit retries and failures); in the lab the
 // link emulator's own counts of what it dropped and delivered on each
-// path's link towards this host. Sources are pluggable: each registers
-// under a name, and the daemon's config picks one.
+// path's link towards this host. Sources are pluggable: the daemon is
+// given a set by name (Sources), and its config picks one.
 package lasthop
 
 import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -55,37 +54,28 @@ type Options struct {
 // Factory opens a source.
 type Factory func(o Options) (Source, error)
 
-var (
-	mu       sync.Mutex
-	registry = map[string]Factory{}
-)
+// Sources are the last-hop sources a daemon can open, by name.
+type Sources map[string]Factory
 
-// Register makes a source available by name.
-func Register(name string, f Factory) {
-	mu.Lock()
-	defer mu.Unlock()
-	registry[name] = f
-}
+// Builtin are the sources of a real host: wifi (nl80211 station
+// information). The lab adds its own (internal/lab/world.LabSource).
+func Builtin() Sources { return Sources{"wifi": openWifi} }
 
-// Names lists the registered sources.
-func Names() []string {
-	mu.Lock()
-	defer mu.Unlock()
-	var out []string
-	for n := range registry {
+// Names lists the sources.
+func (s Sources) Names() []string {
+	out := make([]string, 0, len(s))
+	for n := range s {
 		out = append(out, n)
 	}
 	sort.Strings(out)
 	return out
 }
 
-// Open opens the source registered under name.
-func Open(name string, o Options) (Source, error) {
-	mu.Lock()
-	f := registry[name]
-	mu.Unlock()
+// Open opens the source named name.
+func (s Sources) Open(name string, o Options) (Source, error) {
+	f := s[name]
 	if f == nil {
-		return nil, fmt.Errorf("no last-hop source %q (sources: %s)", name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("no last-hop source %q (sources: %s)", name, strings.Join(s.Names(), ", "))
 	}
 	if o.MinPackets <= 0 {
 		o.MinPackets = 5

@@ -39,7 +39,7 @@ func TestWifiScore(t *testing.T) {
 }
 
 func TestOpenUnknown(t *testing.T) {
-	if _, err := Open("radio", Options{}); err == nil || !strings.Contains(err.Error(), "wifi") {
+	if _, err := Builtin().Open("radio", Options{}); err == nil || !strings.Contains(err.Error(), "wifi") {
 		t.Fatalf("unknown source: %v", err)
 	}
 }

@@ -16,7 +16,6 @@ import (
 // that did not fail over the window (counters are cumulative; the window
 // is between two samples). Retries count half a failure: the radio got
 // the frame through, late.
-func init() { Register("wifi", openWifi) }
 
 type wifiSource struct {
 	c      *wifi.Client

@@ -5,6 +5,7 @@ package scenario
 
 import (
 	"fmt"
+	"mpsteer/internal/config"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -299,11 +300,6 @@ func Parse(file string, data []byte) (*Scenario, error) {
 	}
 	return parse(m)
 }
-
-// DaemonConfigCheck validates a daemon config embedded in a variant; the
-// daemon package installs it so that a scenario with a bad policy is
-// rejected when it is loaded, not halfway through a run.
-var DaemonConfigCheck func(m *yamlcfg.Map)
 
 func parse(m *yamlcfg.Map) (*Scenario, error) {
 	s := &Scenario{File: m.File()}
@@ -995,9 +991,9 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 			if hm == nil {
 				continue
 			}
-			if DaemonConfigCheck != nil {
-				DaemonConfigCheck(hm)
-			}
+			// A scenario with a bad policy is rejected when it is loaded,
+			// not halfway through a run.
+			config.Check(hm)
 			node := nodeOf(d, host)
 			data, err := yaml.Marshal(node)
 			if err != nil {

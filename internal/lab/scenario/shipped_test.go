@@ -6,21 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"mpsteer/internal/daemon"
 	"mpsteer/internal/lab/scenario"
 )
 
-// withDaemonCheck installs the daemon's config check for one test, as the
-// mpsteer command does, so that a variant's daemon: block is validated.
-func withDaemonCheck(t *testing.T) {
-	t.Helper()
-	old := scenario.DaemonConfigCheck
-	scenario.DaemonConfigCheck = daemon.CheckConfig
-	t.Cleanup(func() { scenario.DaemonConfigCheck = old })
-}
-
 func TestShippedScenariosParse(t *testing.T) {
-	withDaemonCheck(t)
 	files, _ := filepath.Glob("../../../scenarios/*.yaml")
 	if len(files) == 0 {
 		t.Fatal("no shipped scenarios found")
@@ -33,7 +22,6 @@ func TestShippedScenariosParse(t *testing.T) {
 }
 
 func TestBadDaemonConfigInAVariantIsRefused(t *testing.T) {
-	withDaemonCheck(t)
 	src := `paths: [{name: wifi}, {name: cell}]
 traffic: [{type: bulk, duration: 5s}]
 variants:

@@ -35,7 +35,6 @@ func (e *emulator) recent(targets []*emuLink, window, now time.Duration, resp *R
 	}
 }
 
-func init() { lasthop.Register("lab", openLabSource) }
 
 // labHop is the emulated link that delivers to one of the host's devices.
 type labHop struct {
@@ -73,7 +72,9 @@ func findLab(ns string) (string, *Plan, string, error) {
 	return "", nil, "", fmt.Errorf("network namespace %q is no host of a running lab", ns)
 }
 
-func openLabSource(o lasthop.Options) (lasthop.Source, error) {
+// LabSource opens the lab's last-hop source ("lab" in a daemon's
+// report_health): the emulator's counts of each link towards the host.
+func LabSource(o lasthop.Options) (lasthop.Source, error) {
 	var dir, role string
 	var plan *Plan
 	var err error

@@ -1,10 +1,9 @@
-package daemon
+package config
 
 import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -101,7 +100,7 @@ func (cfg *Config) addMode(m *yamlcfg.Map, env policy.Env, seen map[string]bool)
 		}
 		seen[p.Name()] = true
 		cfg.Policies = append(cfg.Policies, p)
-		cfg.policyKeys = append(cfg.policyKeys, "mode: "+it.Map.Canonical())
+		cfg.PolicyKeys = append(cfg.PolicyKeys, "mode: "+it.Map.Canonical())
 	}
 	gen.Done()
 	if err := gen.Err(); err != nil {
@@ -389,14 +388,4 @@ func sortedKeys(m map[string][]netip.Addr) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// LoadConfigEnv reads and validates a config file against env (tests,
-// and checks off the host it is meant for).
-func LoadConfigEnv(file string, env policy.Env) (*Config, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	return ParseConfig(file, data, env)
 }

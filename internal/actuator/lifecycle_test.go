@@ -1,4 +1,4 @@
-package daemon
+package actuator
 
 import (
 	"net/netip"
@@ -6,15 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"mpsteer/internal/observe"
-	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
 )
 
 // Under the kernel path manager no lifecycle action is sent to the kernel:
 // each comes back unsupported, with the reason and the way out.
 func TestLifecycleUnderTheKernelPathManager(t *testing.T) {
-	a := newLifecycleActuator(nil, policy.KernelPM)
+	a := NewLifecycle(nil, policy.KernelPM)
 	sf := policy.NewSubflowID(netip.MustParseAddrPort("10.1.0.1:0"), netip.MustParseAddrPort("10.1.0.2:80"))
 	var acts []policy.Action
 	for _, k := range []policy.Kind{policy.Create, policy.Destroy, policy.Announce, policy.Withdraw} {
@@ -31,7 +29,7 @@ func TestLifecycleUnderTheKernelPathManager(t *testing.T) {
 // (and per explicit port), taken from the kernel's subflows when it has
 // them already.
 func TestLocalIDs(t *testing.T) {
-	a := newLifecycleActuator(nil, policy.UserspacePM)
+	a := NewLifecycle(nil, policy.UserspacePM)
 	c := &policy.Conn{Token: 1, Local: netip.MustParseAddrPort("10.1.0.1:40000")}
 	ids := a.idsOf(1, c)
 	if id := ids.byAddr[netip.MustParseAddrPort("10.1.0.1:0")]; id != 0 {
@@ -41,21 +39,5 @@ func TestLocalIDs(t *testing.T) {
 	y, _ := ids.next(netip.MustParseAddrPort("10.2.0.1:41000"))
 	if x == 0 || y == 0 || x == y {
 		t.Fatalf("ids %d %d: want distinct, non-zero", x, y)
-	}
-}
-
-// A joining subflow whose established event arrives before the next sample
-// must not look stalled: what the sample said of its SYN (outstanding, no
-// ACK ever, a last ACK "uptime ago") says nothing of the subflow now.
-func TestEstablishedEventClearsWhatTheJoinLooked(t *testing.T) {
-	local, remote := netip.MustParseAddrPort("10.1.0.1:40001"), netip.MustParseAddrPort("10.1.0.2:5201")
-	d := &Daemon{lastSubflows: []observe.Subflow{{Local: local, Remote: remote, Token: 7, State: tcpSynSent,
-		Unacked: 1, LastAckRecv: 3 * time.Hour, Backoff: 2}}}
-	if !d.track(pm.Event{Type: pm.EventSubEstablished, Token: 7, Local: local, Remote: remote, LocalID: 3}) {
-		t.Fatal("the event was not tracked")
-	}
-	sf := d.lastSubflows[0]
-	if sf.State != tcpEstablished || sf.Unacked != 0 || sf.LastAckRecv != 0 || sf.Backoff != 0 || sf.LocalID != 3 {
-		t.Fatalf("after the established event: %+v", sf)
 	}
 }

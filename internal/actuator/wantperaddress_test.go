@@ -1,4 +1,4 @@
-package daemon
+package actuator
 
 import (
 	"net/netip"
@@ -15,7 +15,7 @@ import (
 func TestWantPerAddressFoldsAndSeesJoinsInProgress(t *testing.T) {
 	mk := func(local string, backupLocal bool, flags uint32) observe.Subflow {
 		return observe.Subflow{Local: netip.MustParseAddrPort(local), Remote: netip.MustParseAddrPort("10.9.0.2:80"),
-			Cookie: 1, State: tcpEstablished, BackupLocal: backupLocal, MPFlags: flags}
+			Cookie: 1, State: observe.TCPEstablished, BackupLocal: backupLocal, MPFlags: flags}
 	}
 	joined := uint32(observe.FlagJoinLoc | observe.FlagFullyEst)
 	joining := uint32(observe.FlagJoinLoc)

@@ -1,4 +1,10 @@
-package daemon
+// Package metrics serves the daemon's Prometheus metrics (`mpsteer daemon
+// --metrics ADDR`, at /metrics). What the kernel reports per subflow and
+// per chain is read from the daemon's last round when Prometheus scrapes,
+// so a series exists exactly as long as its subflow or chain: nothing is
+// kept for subflows that are gone. Counters of the daemon's own doings
+// (actions, events, reloads) have labels from small fixed sets.
+package metrics
 
 import (
 	"context"
@@ -14,23 +20,42 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/datapath"
+	"mpsteer/internal/monitor"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
 	"mpsteer/internal/stats"
 )
 
-// Version is the build's version, set by the command (and its -ldflags).
-var Version = "dev"
+// View is what a scrape reads of the daemon, copied under the daemon's
+// lock (the chains are read after, without it).
+type View struct {
+	Version  string
+	Interval time.Duration
+	// Subflows are the last round's, every state.
+	Subflows []observe.Subflow
+	Conns    int
+	// Outcomes not yet handed to the policies.
+	Outcomes int
+	Policies []string
+	// Decisions are the last plan's, per subflow.
+	Backup, Limits []policy.Action
+	Reactions      []time.Duration
+}
 
-// metrics are the daemon's Prometheus metrics (`mpsteer daemon --metrics
-// ADDR` serves them at /metrics). What the kernel reports per subflow and
-// per chain is read from the daemon's last sample when Prometheus scrapes,
-// so a series exists exactly as long as its subflow or chain: nothing is
-// kept for subflows that are gone. Counters of the daemon's own doings
-// (actions, events, reloads) have labels from small fixed sets.
-type metrics struct {
-	d   *Daemon
-	hub *monitorHub
+// Source is the daemon, as the metrics see it.
+type Source interface {
+	MetricsView() View
+	// Chains lists the datapath's chains (nil when none is loaded); it is
+	// called without the daemon's lock held.
+	Chains() []*datapath.ChainStatus
+}
+
+// Metrics are the daemon's Prometheus metrics.
+type Metrics struct {
+	src Source
+	hub *monitor.Hub
 	reg *prometheus.Registry
 	// subflowSeries: at most this many established subflows get
 	// per-subflow series (9 each) in a scrape; negative: all. Tens of
@@ -82,8 +107,10 @@ var (
 	descChErrors = prometheus.NewDesc("mpsteer_chain_errors_total", "Errors inside a chain's programs.", chainLabels, nil)
 )
 
-func newMetrics(d *Daemon, hub *monitorHub) *metrics {
-	m := &metrics{d: d, hub: hub, reg: prometheus.NewRegistry()}
+// New makes the metrics of src; subflowSeries bounds the per-subflow
+// series (negative: every subflow).
+func New(src Source, hub *monitor.Hub, subflowSeries int) *Metrics {
+	m := &Metrics{src: src, hub: hub, reg: prometheus.NewRegistry(), subflowSeries: subflowSeries}
 	m.actions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mpsteer_policy_actions_total",
 		Help: "Actions taken, by policy (daemon: the daemon's own housekeeping), kind (backup, limit, create, destroy, announce, withdraw, endpoint) and result (applied, refused, unsupported)."},
 		[]string{"policy", "kind", "result"})
@@ -106,7 +133,8 @@ func newMetrics(d *Daemon, hub *monitorHub) *metrics {
 	return m
 }
 
-func (m *metrics) action(a api.ActionRecord) {
+// Action counts an action record.
+func (m *Metrics) Action(a api.ActionRecord) {
 	if m == nil {
 		return
 	}
@@ -117,14 +145,16 @@ func (m *metrics) action(a api.ActionRecord) {
 	m.actions.WithLabelValues(p, a.Kind, a.Result).Inc()
 }
 
-func (m *metrics) event(ev pm.Event) {
+// Event counts a path-manager event.
+func (m *Metrics) Event(ev pm.Event) {
 	if m == nil {
 		return
 	}
 	m.events.WithLabelValues(ev.Type.String()).Inc()
 }
 
-func (m *metrics) reload(trigger string, ok bool) {
+// Reload counts a reload and its outcome.
+func (m *Metrics) Reload(trigger string, ok bool) {
 	if m == nil {
 		return
 	}
@@ -138,7 +168,8 @@ func (m *metrics) reload(trigger string, ok bool) {
 	}
 }
 
-func (m *metrics) round(start, end time.Time, failed bool) {
+// Round observes one reconcile round (failed: its sample failed).
+func (m *Metrics) Round(start, end time.Time, failed bool) {
 	if m == nil {
 		return
 	}
@@ -149,7 +180,7 @@ func (m *metrics) round(start, end time.Time, failed bool) {
 }
 
 // Describe sends the descriptions of the series built at scrape time.
-func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSRTT, descCwnd, descDelivery, descBytesAcked, descBytesRecv, descBytesSent, descRetrans, descBackup,
 		descConns, descSubflows, descJoining, descOmitted, descOutcomes, descMonitors, descReaction, descInterval, descBuild, descDecisions, descPolicy,
 		descSeen, descSelected, descSelBytes, descModified, descDropped, descSkipped, descChErrors} {
@@ -157,9 +188,16 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads the daemon's last sample, plan and chains.
-func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	d := m.d
+// SampleError counts a failed sample.
+func (m *Metrics) SampleError() {
+	if m == nil {
+		return
+	}
+	m.sampleErrors.Inc()
+}
+
+// Collect reads the daemon's last round and the chains.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
@@ -172,23 +210,21 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
-	gauge(descBuild, 1, Version)
-	gauge(descMonitors, float64(m.hub.count()))
-
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.cfg != nil {
-		gauge(descInterval, d.cfg.Interval.Seconds())
+	v := m.src.MetricsView()
+	gauge(descBuild, 1, v.Version)
+	gauge(descMonitors, float64(m.hub.Count()))
+	if v.Interval > 0 {
+		gauge(descInterval, v.Interval.Seconds())
 	}
 	states := map[string]int{}
 	joining, omitted := 0, 0
 	seen := map[policy.SubflowID]bool{}
-	for _, sf := range d.lastSubflows {
-		states[stateName(sf.State)]++
-		if sf.State == tcpSynSent || sf.State == tcpSynRecv {
+	for _, sf := range v.Subflows {
+		states[StateName(sf.State)]++
+		if sf.State == observe.TCPSynSent || sf.State == observe.TCPSynRecv {
 			joining++
 		}
-		if sf.State != tcpEstablished {
+		if sf.State != observe.TCPEstablished {
 			continue
 		}
 		// The event tracker can add a subflow the sampler also reports:
@@ -212,7 +248,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(descBackup, b01(sf.BackupLocal), append(l, "local")...)
 		gauge(descBackup, b01(sf.BackupRemote), append(l, "remote")...)
 	}
-	gauge(descConns, float64(len(d.lastConns)))
+	gauge(descConns, float64(v.Conns))
 	for _, s := range []string{"established", "syn-sent", "syn-recv"} {
 		states[s] += 0 // always present, 0 when none
 	}
@@ -221,61 +257,68 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descJoining, float64(joining))
 	gauge(descOmitted, float64(omitted))
-	gauge(descOutcomes, float64(len(d.outcomes)))
+	gauge(descOutcomes, float64(v.Outcomes))
 
-	if d.engine != nil {
-		counts := map[[2]string]int{}
-		for i, p := range d.engine.Policies {
-			gauge(descPolicy, 1, p.Name(), fmt.Sprint(i))
-			for _, v := range []string{"active", "backup", "capped"} {
-				counts[[2]string{p.Name(), v}] += 0
-			}
-		}
-		for _, a := range d.lastPlan.Backup {
-			v := "active"
-			if a.Backup {
-				v = "backup"
-			}
-			counts[[2]string{a.Policy, v}]++
-		}
-		for _, a := range d.lastPlan.Limits {
-			if a.Rate > 0 {
-				counts[[2]string{a.Policy, "capped"}]++
-			}
-		}
-		for k, n := range counts {
-			gauge(descDecisions, float64(n), k[0], k[1])
+	counts := map[[2]string]int{}
+	for i, p := range v.Policies {
+		gauge(descPolicy, 1, p, fmt.Sprint(i))
+		for _, d := range []string{"active", "backup", "capped"} {
+			counts[[2]string{p, d}] += 0
 		}
 	}
+	for _, a := range v.Backup {
+		d := "active"
+		if a.Backup {
+			d = "backup"
+		}
+		counts[[2]string{a.Policy, d}]++
+	}
+	for _, a := range v.Limits {
+		if a.Rate > 0 {
+			counts[[2]string{a.Policy, "capped"}]++
+		}
+	}
+	for k, n := range counts {
+		gauge(descDecisions, float64(n), k[0], k[1])
+	}
 
-	if len(d.reactions) > 0 {
-		ds := append([]time.Duration(nil), d.reactions...)
+	if len(v.Reactions) > 0 {
 		sum := 0.0
-		for _, x := range ds {
+		for _, x := range v.Reactions {
 			sum += x.Seconds()
 		}
-		q := stats.Durations(ds, 0.5, 0.9, 0.99)
-		ch <- prometheus.MustNewConstSummary(descReaction, uint64(len(ds)), sum,
+		q := stats.Durations(v.Reactions, 0.5, 0.9, 0.99)
+		ch <- prometheus.MustNewConstSummary(descReaction, uint64(len(v.Reactions)), sum,
 			map[float64]float64{0.5: q[0].Seconds(), 0.9: q[1].Seconds(), 0.99: q[2].Seconds()})
 	}
 
-	if d.dp != nil {
-		for _, c := range d.dp.List() {
-			l := []string{fmt.Sprint(c.ID), c.Dev, string(c.Hook)}
-			counter(descSeen, float64(c.Seen), l...)
-			counter(descSelected, float64(c.Selected), l...)
-			counter(descSelBytes, float64(c.Bytes), l...)
-			counter(descModified, float64(c.Modified), l...)
-			counter(descDropped, float64(c.Dropped), l...)
-			counter(descSkipped, float64(c.Skipped), l...)
-			counter(descChErrors, float64(c.Errors), l...)
-		}
+	for _, c := range m.src.Chains() {
+		l := []string{fmt.Sprint(c.ID), c.Dev, string(c.Hook)}
+		counter(descSeen, float64(c.Seen), l...)
+		counter(descSelected, float64(c.Selected), l...)
+		counter(descSelBytes, float64(c.Bytes), l...)
+		counter(descModified, float64(c.Modified), l...)
+		counter(descDropped, float64(c.Dropped), l...)
+		counter(descSkipped, float64(c.Skipped), l...)
+		counter(descChErrors, float64(c.Errors), l...)
 	}
 }
 
-// handler serves /metrics in the Prometheus text format (or OpenMetrics
+// tcpStates names the TCP states a subflow shows.
+var tcpStates = map[uint8]string{1: "established", 2: "syn-sent", 3: "syn-recv", 4: "fin-wait1", 5: "fin-wait2",
+	6: "time-wait", 7: "close", 8: "close-wait", 9: "last-ack", 11: "closing"}
+
+// StateName names a TCP state.
+func StateName(s uint8) string {
+	if n, ok := tcpStates[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("state-%d", s)
+}
+
+// Handler serves /metrics in the Prometheus text format (or OpenMetrics
 // when asked).
-func (m *metrics) handler() http.Handler {
+func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -290,12 +333,13 @@ func (m *metrics) handler() http.Handler {
 
 // serve listens on addr (in the daemon's network namespace) and serves
 // the metrics until the returned stop is called.
-func (m *metrics) serve(addr string, logger *log.Logger) (stop func(), err error) {
+// Serve listens on addr and serves the metrics until stop is called.
+func (m *Metrics) Serve(addr string, logger *log.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: m.handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Printf("metrics: %v", err)
@@ -308,3 +352,6 @@ func (m *metrics) serve(addr string, logger *log.Logger) (stop func(), err error
 		srv.Shutdown(ctx)
 	}, nil
 }
+
+// Gatherer is the registry the metrics are served from.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }

@@ -1,16 +1,14 @@
-package daemon
+package config
 
 import (
 	"bytes"
-	"net/http/httptest"
 	"testing"
 
-	"mpsteer/internal/api"
 	"mpsteer/internal/policy"
 )
 
 // Any bytes as a daemon config: an error naming the file, or a config.
-func FuzzParseConfig(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	f.Add([]byte("interval: 100ms\npolicies:\n  - {name: prefer, paths: [wlan0]}\n  - {name: dynthresh}\n"))
 	f.Add([]byte("policies: [{name: fullmesh, subflows_per_pair: 4, interfaces: [a], exclude: [b]}]"))
 	f.Add([]byte("policies: [{name: incremental, steps: [200KiB, 2MiB], shared: [[a, b]]}]"))
@@ -18,26 +16,12 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("chains: [{dev: eth0, hook: ingress, select: 'type(data-ack)', act: set_backup}]"))
 	f.Add([]byte("interval: 1ms\nbackup_via: magic"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cfg, err := ParseConfig("c.yaml", b, policy.Env{})
+		cfg, err := Parse("c.yaml", b, policy.Env{})
 		if err != nil && !bytes.Contains([]byte(err.Error()), []byte("c.yaml")) {
 			t.Fatalf("error without the file name: %v", err)
 		}
 		if err == nil && cfg.Interval < 10e6 {
 			t.Fatalf("accepted interval %v", cfg.Interval)
 		}
-	})
-}
-
-// The API's request decoder takes what any local root client sends.
-func FuzzDecodeRequest(f *testing.F) {
-	f.Add([]byte(`{"file": "/etc/mpsteer.yaml", "config": "policies: []"}`))
-	f.Add([]byte(`{"targets": ["wlan0"], "clear": false}`))
-	f.Add([]byte(`{"targets": [1, 2]}`))
-	f.Add([]byte(`[`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var a api.ApplyRequest
-		decode(httptest.NewRequest("POST", "/v1/policies", bytes.NewReader(b)), &a)
-		var p api.PreferRequest
-		decode(httptest.NewRequest("POST", "/v1/prefer", bytes.NewReader(b)), &p)
 	})
 }

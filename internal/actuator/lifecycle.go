@@ -1,4 +1,4 @@
-package daemon
+package actuator
 
 import (
 	"errors"
@@ -8,35 +8,18 @@ import (
 	"strings"
 	"time"
 
-	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
 )
 
-// pathManager reads which path manager runs this namespace's MPTCP
-// connections: "userspace" (the daemon opens and closes subflows and
-// announces addresses) or "kernel" (the kernel does, from its endpoints).
-func pathManager() string {
-	if v, err := netnsutil.ReadSysctl("net.mptcp.path_manager"); err == nil {
-		if v == "userspace" {
-			return policy.UserspacePM
-		}
-		return policy.KernelPM
-	}
-	if v, err := netnsutil.ReadSysctl("net.mptcp.pm_type"); err == nil && v == "1" {
-		return policy.UserspacePM
-	}
-	return policy.KernelPM
-}
-
-// lifecycleActuator takes the actions other than backup flags: create and
+// Lifecycle takes the actions other than backup flags: create and
 // destroy subflows, announce and withdraw addresses. Under the userspace
 // path manager it sends the mptcp_pm commands for them; under the kernel
 // path manager they are not possible (the kernel opens subflows from its
 // endpoints itself), and each is reported as unsupported.
-type lifecycleActuator struct {
-	c    *pm.Client
+type Lifecycle struct {
+	c    PM
 	mode string
 	// ids are the local address ids in use per connection: the userspace
 	// path manager wants one id per local address (and port) on a
@@ -49,9 +32,14 @@ type localIDs struct {
 	used   [256]bool
 }
 
-func newLifecycleActuator(c *pm.Client, mode string) *lifecycleActuator {
-	return &lifecycleActuator{c: c, mode: mode, ids: map[uint32]*localIDs{}}
+// NewLifecycle takes lifecycle actions under the path manager mode
+// (policy.KernelPM or policy.UserspacePM).
+func NewLifecycle(c PM, mode string) *Lifecycle {
+	return &Lifecycle{c: c, mode: mode, ids: map[uint32]*localIDs{}}
 }
+
+// SetMode follows the namespace's path manager when it is switched.
+func (a *Lifecycle) SetMode(mode string) { a.mode = mode }
 
 // unsupportedWhy explains why the kernel path manager cannot take an action.
 func unsupportedWhy(k policy.Kind) string {
@@ -61,7 +49,7 @@ func unsupportedWhy(k policy.Kind) string {
 // Apply takes the actions in order. conns gives, per connection, its
 // subflows as last seen (their local ids seed the id map) and its own
 // local address (id 0).
-func (a *lifecycleActuator) Apply(acts []policy.Action, conns map[uint32]*policy.Conn, now time.Time) []policy.Outcome {
+func (a *Lifecycle) Apply(acts []policy.Action, conns map[uint32]*policy.Conn, now time.Time) []policy.Outcome {
 	var out []policy.Outcome
 	for _, act := range acts {
 		o := policy.Outcome{Action: act, At: now, Result: policy.Applied}
@@ -78,7 +66,7 @@ func (a *lifecycleActuator) Apply(acts []policy.Action, conns map[uint32]*policy
 	return out
 }
 
-func (a *lifecycleActuator) apply(act policy.Action, c *policy.Conn) error {
+func (a *Lifecycle) apply(act policy.Action, c *policy.Conn) error {
 	switch act.Kind {
 	case policy.Create:
 		local := pm.Endpoint{Addr: act.Subflow.Local.Addr(), Port: act.Subflow.Local.Port()}
@@ -116,7 +104,7 @@ func (a *lifecycleActuator) apply(act policy.Action, c *policy.Conn) error {
 // withID runs fn with the local id of addr on the connection, and once
 // more with a fresh id if the kernel had forgotten the old one (it retires
 // an id when its last subflow goes).
-func (a *lifecycleActuator) withID(token uint32, c *policy.Conn, addr netip.AddrPort, fn func(id uint8) error) error {
+func (a *Lifecycle) withID(token uint32, c *policy.Conn, addr netip.AddrPort, fn func(id uint8) error) error {
 	ids := a.idsOf(token, c)
 	id, known := ids.byAddr[addr]
 	if !known {
@@ -150,7 +138,7 @@ func (ids *localIDs) next(addr netip.AddrPort) (uint8, error) {
 // idsOf returns the connection's id map, seeded with what the kernel
 // already uses: id 0 for the connection's own address, and the ids of its
 // subflows (an address opened with an ephemeral port shares one id).
-func (a *lifecycleActuator) idsOf(token uint32, c *policy.Conn) *localIDs {
+func (a *Lifecycle) idsOf(token uint32, c *policy.Conn) *localIDs {
 	ids := a.ids[token]
 	if ids == nil {
 		ids = &localIDs{byAddr: map[netip.AddrPort]uint8{}}
@@ -179,7 +167,7 @@ func (a *lifecycleActuator) idsOf(token uint32, c *policy.Conn) *localIDs {
 }
 
 // Forget drops the id maps of connections that are gone.
-func (a *lifecycleActuator) Forget(live func(token uint32) bool) {
+func (a *Lifecycle) Forget(live func(token uint32) bool) {
 	for tok := range a.ids {
 		if !live(tok) {
 			delete(a.ids, tok)

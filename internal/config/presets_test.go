@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"net/netip"
@@ -23,12 +23,12 @@ func presetEnv(pmName string) policy.Env {
 // expanded parses a config and returns its policies' canonical entries.
 func expanded(t *testing.T, src, pmName string) ([]string, error) {
 	t.Helper()
-	cfg, err := ParseConfig("c.yaml", []byte(src), presetEnv(pmName))
+	cfg, err := Parse("c.yaml", []byte(src), presetEnv(pmName))
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, k := range cfg.policyKeys {
+	for _, k := range cfg.PolicyKeys {
 		out = append(out, strings.Join(strings.Fields(k), " "))
 	}
 	return out, nil
@@ -121,7 +121,7 @@ func TestReloadKeepsModePolicies(t *testing.T) {
 // section once uncommented.
 func TestDefaultConfigParses(t *testing.T) {
 	modeEndpoints = func() ([]pm.Endpoint, error) { return nil, nil }
-	cfg, err := LoadConfigEnv("../../deploy/mpsteer.yaml", policy.Env{})
+	cfg, err := Load("../../deploy/mpsteer.yaml", policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,14 @@
-package daemon
+package apiserver
 
 import (
 	"bytes"
+	"errors"
 	"io"
-	"log"
+	"mpsteer/internal/api"
+	"mpsteer/internal/datapath"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,9 +38,8 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	old := bodyTimeout
 	bodyTimeout = 200 * time.Millisecond
 	defer func() { bodyTimeout = old }()
-	d := &Daemon{log: log.New(io.Discard, "", 0)}
 	sock := filepath.Join(t.TempDir(), "d.sock")
-	srv, err := d.serve(sock)
+	srv, err := Serve(sock, idleBackend{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,5 +57,28 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	}
 	if !bytes.HasPrefix(b, []byte("HTTP/1.1 400")) {
 		t.Fatalf("answer %q, want a 400 saying the request was bad", b)
+	}
+}
+
+// idleBackend answers nothing of substance: the tests here are about the
+// server's limits.
+type idleBackend struct{}
+
+func (idleBackend) Status() api.Status                    { return api.Status{} }
+func (idleBackend) Prefer([]string, bool) (string, error) { return "", errors.New("no") }
+func (idleBackend) Apply(string, []byte) (string, error)  { return "", errors.New("no") }
+func (idleBackend) Datapath() (*datapath.Manager, error)  { return nil, errors.New("no") }
+func (idleBackend) NetNS() string                         { return "test" }
+func (idleBackend) Logf(string, ...any)                   {}
+
+func TestPeerCheck(t *testing.T) {
+	if !peerAllowed(0) || !peerAllowed(uint32(os.Geteuid())) {
+		t.Fatal("root and the daemon's own user must be answered")
+	}
+	if os.Geteuid() == 0 && peerAllowed(65534) {
+		t.Fatal("a daemon running as root answered uid 65534")
+	}
+	if msg := peerRefusal("uid 65534"); !strings.Contains(msg, "answers root only") || !strings.Contains(msg, "uid 65534") {
+		t.Fatalf("refusal %q", msg)
 	}
 }

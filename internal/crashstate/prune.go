@@ -1,4 +1,4 @@
-package daemon
+package crashstate
 
 import (
 	"encoding/json"
@@ -69,11 +69,11 @@ func liveNetnsInodes() (live map[uint64]bool, complete bool) {
 	return live, complete
 }
 
-// pruneStateFiles removes the state files in dir (other than own) of
+// Prune removes the state files in dir (other than own) of
 // namespaces that are gone, and returns their names. Files written before
 // the namespace inode was recorded are left alone, and all of them when
 // the daemon cannot see every process's namespace.
-func pruneStateFiles(dir, own string) []string {
+func Prune(dir, own string) []string {
 	paths, _ := filepath.Glob(filepath.Join(dir, "daemon-netns-*.json"))
 	var live map[uint64]bool
 	complete := false

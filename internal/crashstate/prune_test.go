@@ -1,4 +1,4 @@
-package daemon
+package crashstate
 
 import (
 	"os"
@@ -25,7 +25,7 @@ func TestPruneStateFilesOfNamespacesThatAreGone(t *testing.T) {
 	write("daemon-netns-2.json", `{"owned_endpoints": {"10.1.0.1": 3}, "netns_inode": `+itoa(ownNetnsInode())+`}`)
 	write("daemon-netns-3.json", `{"owned_endpoints": {"10.1.0.1": 3}, "netns_inode": 1}`) // inode 1 is no namespace
 	write("daemon-netns-4.json", `{"owned_endpoints": {"10.1.0.1": 3}}`)
-	removed := pruneStateFiles(dir, own)
+	removed := Prune(dir, own)
 	if len(removed) != 1 || removed[0] != "daemon-netns-3.json" {
 		t.Fatalf("removed %v, want [daemon-netns-3.json]", removed)
 	}

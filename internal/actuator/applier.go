@@ -1,0 +1,36 @@
+package actuator
+
+import (
+	"time"
+
+	"mpsteer/internal/api"
+	"mpsteer/internal/observe"
+	"mpsteer/internal/policy"
+)
+
+// Applier makes the kernel hold what the policies want: the backup flags,
+// the rate caps and the lifecycle actions of a plan, through one gate.
+type Applier struct {
+	Gate      *Gate
+	Flags     Flags
+	Rates     *Rates
+	Lifecycle *Lifecycle
+}
+
+// Apply makes the flags and caps of plan hold for the established
+// subflows est (the whole namespace). refresh: a sample round (the kernel's
+// endpoints are read again, refusals that no one asks about any more are
+// forgotten).
+func (a *Applier) Apply(plan policy.Plan, est []observe.Subflow, joinBackup, refresh bool, now time.Time) []api.ActionRecord {
+	recs := a.Flags.Apply(plan.Backup, est, Round{Now: now, Refresh: refresh, JoinBackup: joinBackup})
+	recs = append(recs, a.Rates.Apply(plan.Limits, est, now)...)
+	if refresh {
+		a.Gate.sweep()
+	}
+	return recs
+}
+
+// Restore undoes the flags and caps the applier set.
+func (a *Applier) Restore() []api.ActionRecord {
+	return append(a.Flags.Restore(), a.Rates.Restore()...)
+}

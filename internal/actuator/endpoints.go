@@ -1,0 +1,482 @@
+package actuator
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"mpsteer/internal/api"
+	"mpsteer/internal/crashstate"
+	"mpsteer/internal/observe"
+	"mpsteer/internal/pm"
+	"mpsteer/internal/policy"
+)
+
+// Scope says which local addresses' endpoints the daemon may change. By
+// default any address a policy decides on; Manage, when not empty, keeps
+// to those; Leave never. Entries are resolved by Resolve (interface names
+// to their addresses) at every round.
+type Scope struct {
+	Manage, Leave []string
+	Resolve       func(name string) ([]netip.Addr, bool)
+}
+
+func (s Scope) set(names []string) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, n := range names {
+		if a, err := netip.ParseAddr(n); err == nil {
+			out[a.Unmap()] = true
+			continue
+		}
+		if s.Resolve != nil {
+			as, _ := s.Resolve(n)
+			for _, a := range as {
+				out[a.Unmap()] = true
+			}
+		}
+	}
+	return out
+}
+
+// managedFunc returns whether the daemon may change addr's endpoint.
+func (s Scope) managedFunc() func(netip.Addr) bool {
+	var manage map[netip.Addr]bool
+	if len(s.Manage) > 0 {
+		manage = s.set(s.Manage)
+	}
+	leave := s.set(s.Leave)
+	return func(a netip.Addr) bool {
+		return !leave[a] && (manage == nil || manage[a])
+	}
+}
+
+// endpointFlags works with the in-kernel path manager, whose backup flag
+// lives on endpoints (local addresses): per-subflow flags are refused
+// unless the userspace path manager owns the connection.
+//
+// An address is made backup when every established subflow on it should
+// be: one that should not, or one of a connection no policy decides on,
+// keeps it usable (fail open: the flag acts on every connection from the
+// address). Addresses that have no endpoint (the initial subflow's) get
+// one the daemon owns. The daemon changes only endpoints it manages (a
+// policy decides on their address, or wants new subflows to join as
+// backup, and the config's endpoints section does not leave them to
+// others); what others do to other endpoints is observed, never undone. If
+// another manager changes a flag the daemon set, that is reported once and
+// the daemon yields until its own decision for the address changes.
+type endpointFlags struct {
+	c     PM
+	gate  *Gate
+	state *crashstate.File
+	scope Scope
+
+	// eps is the kernel's endpoints as last read, with the daemon's own
+	// changes since; nil until read.
+	eps []pm.Endpoint
+	// set is what the daemon set on each endpoint this run (its id and
+	// flags): a read that shows other flags on the same endpoint is
+	// another manager's change.
+	set map[netip.Addr]pm.Endpoint
+	// yielded: the backup value the daemon had set on an endpoint whose
+	// flag another manager changed since; the daemon does not change the
+	// address while its own decision is still that value.
+	yielded map[netip.Addr]bool
+	// want and reasons are the last round's, for status.
+	want    map[netip.Addr]bool
+	reasons map[netip.Addr]string
+	// unmanaged: addresses a policy decides on that the config leaves to
+	// others, said once each.
+	unmanaged map[netip.Addr]bool
+	recheck   bool
+}
+
+// NewEndpointFlags sets the flags of the kernel path manager's endpoints;
+// state keeps what it changed on disk.
+func NewEndpointFlags(c PM, gate *Gate, state *crashstate.File, scope Scope) Flags {
+	return &endpointFlags{c: c, gate: gate, state: state, scope: scope, set: map[netip.Addr]pm.Endpoint{},
+		yielded: map[netip.Addr]bool{}, unmanaged: map[netip.Addr]bool{}}
+}
+
+func (a *endpointFlags) Mode() string   { return "endpoint" }
+func (a *endpointFlags) SetScope(s Scope) { a.scope = s }
+func (a *endpointFlags) Recheck() bool { return a.recheck }
+
+// read lists the endpoints when asked to or never read.
+func (a *endpointFlags) read(refresh bool) error {
+	if a.eps != nil && !refresh {
+		return nil
+	}
+	eps, err := a.c.Endpoints()
+	if err != nil {
+		return err
+	}
+	a.eps = eps
+	return nil
+}
+
+func (a *endpointFlags) byAddr() map[netip.Addr]pm.Endpoint {
+	m := make(map[netip.Addr]pm.Endpoint, len(a.eps))
+	for _, e := range a.eps {
+		m[e.Addr.Unmap()] = e
+	}
+	return m
+}
+
+// update records an endpoint as the daemon just made it.
+func (a *endpointFlags) update(e pm.Endpoint) {
+	for i := range a.eps {
+		if a.eps[i].ID == e.ID {
+			a.eps[i] = e
+			return
+		}
+	}
+	a.eps = append(a.eps, e)
+}
+
+func (a *endpointFlags) remove(id uint8) {
+	keep := a.eps[:0]
+	for _, e := range a.eps {
+		if e.ID != id {
+			keep = append(keep, e)
+		}
+	}
+	a.eps = keep
+}
+
+// noticeOthers compares a fresh read with what the daemon set: an
+// endpoint whose flags someone else changed is yielded (reported once); one
+// removed or replaced by someone else is forgotten.
+func (a *endpointFlags) noticeOthers(byAddr map[netip.Addr]pm.Endpoint) []api.ActionRecord {
+	var acts []api.ActionRecord
+	for addr, mine := range a.set {
+		ep, ok := byAddr[addr]
+		switch {
+		case !ok || ep.ID != mine.ID:
+			// Removed, or replaced by a new endpoint (NetworkManager does
+			// so when an interface comes back): nothing of the daemon's is
+			// there any more.
+			delete(a.set, addr)
+			if id, owned := a.state.Owned(addr); !owned || !ok || id != ep.ID {
+				a.state.Forget(addr)
+			}
+		case ep.Flags != mine.Flags:
+			delete(a.set, addr)
+			a.state.Forget(addr)
+			if _, owned := a.state.Owned(addr); owned {
+				a.state.Own(addr, ep.ID) // still the daemon's to remove
+			}
+			backup := ep.Flags&pm.FlagBackup != 0
+			if (mine.Flags&pm.FlagBackup != 0) == backup {
+				continue // another flag than backup changed: not ours to judge
+			}
+			a.yielded[addr] = !backup // what the daemon had set, and yields on
+			act := backupRecord("endpoint "+addr.String(), 0, mine.Flags&pm.FlagBackup != 0, nil)
+			act.Result = Yielded
+			act.Reason = fmt.Sprintf("another manager changed the endpoint's flags to %q after mpsteer set %q: mpsteer leaves them until its own decision for %s changes", ep.Flags, mine.Flags, addr)
+			acts = append(acts, act)
+		}
+	}
+	return acts
+}
+
+func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []observe.Subflow, r Round) []api.ActionRecord {
+	var acts []api.ActionRecord
+	if err := a.read(r.Refresh); err != nil {
+		if a.eps == nil {
+			return []api.ActionRecord{record("endpoint", "list endpoints", err)}
+		}
+		acts = append(acts, record("endpoint", "list endpoints", err)) // the last read stands
+	}
+	byAddr := a.byAddr()
+	if r.Refresh {
+		acts = append(acts, a.noticeOthers(byAddr)...)
+	}
+	want, reason, who, stale, stillJoining := wantPerAddress(dec, est)
+	a.recheck = stillJoining
+	a.want, a.reasons = want, reason
+	managed := a.scope.managedFunc()
+	for addr := range want {
+		if !managed(addr) {
+			if !a.unmanaged[addr] {
+				a.unmanaged[addr] = true
+				act := backupRecord("endpoint "+addr.String(), 0, want[addr], nil)
+				act.Result, act.Policy = string(policy.Unsupported), who[addr]
+				act.Reason = "the config's endpoints section leaves this address to others: mpsteer does not change its endpoint"
+				acts = append(acts, act)
+			}
+			delete(want, addr)
+		}
+	}
+	for addr, backup := range want {
+		if y, ok := a.yielded[addr]; ok {
+			if y == backup {
+				continue // still the decision the daemon yielded on
+			}
+			delete(a.yielded, addr) // the decision changed since: a new one
+		}
+		ep, exists := byAddr[addr]
+		if !exists {
+			if !backup {
+				continue // no endpoint means no backup flag: nothing to do
+			}
+			key := "endpoint add " + addr.String()
+			if !a.gate.Ready(key, r.Now) {
+				continue
+			}
+			created, err := a.c.AddEndpoint(pm.Endpoint{Addr: addr})
+			a.gate.Done(key, err, r.Now)
+			act := record("endpoint", fmt.Sprintf("add %s (owned by mpsteer)", addr), err)
+			act.Reason = "the flag lives on an endpoint; this address has none"
+			acts = append(acts, act)
+			if err != nil {
+				continue
+			}
+			a.state.Own(addr, created.ID)
+			a.update(created)
+			ep = created
+		}
+		nf := ep.Flags &^ pm.FlagBackup
+		if backup {
+			nf |= pm.FlagBackup
+		}
+		target := "endpoint " + addr.String()
+		why := reason[addr]
+		key := fmt.Sprintf("endpoint flags %s %v", addr, backup)
+		if !a.gate.Ready(key, r.Now) {
+			continue // refused before: not again until its backoff is over
+		}
+		if nf == ep.Flags {
+			// The endpoint says so, but a subflow may have missed the
+			// MP_PRIO (one that was still joining when the flag changed):
+			// flip the flag off and on to send it again.
+			if !r.Refresh || !stale[addr] {
+				continue
+			}
+			if err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf ^ pm.FlagBackup}); err != nil {
+				acts = append(acts, backupRecord(target+" (resend)", 0, backup, err))
+				a.gate.Done(key, err, r.Now)
+				continue
+			}
+			why += " (resent: a subflow had missed it)"
+		}
+		err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf})
+		a.gate.Done(key, err, r.Now)
+		if err == nil {
+			a.state.SetFlags(addr, ep.Flags, nf)
+			ep.Flags = nf
+			a.update(ep)
+			a.set[addr] = ep
+		}
+		a.recheck = a.recheck || !backup && err == nil
+		act := backupRecord(target, 0, backup, err)
+		act.Policy, act.Reason = who[addr], why
+		acts = append(acts, act)
+	}
+	// Endpoints that open subflows, with no decision on their address:
+	// backup while a policy wants joins as backup (an MP_JOIN from a
+	// backup endpoint carries the B bit: the subflow carries nothing until
+	// a decision makes its address usable).
+	joining := map[netip.Addr]bool{}
+	if r.JoinBackup {
+		for _, e := range a.eps {
+			addr := e.Addr.Unmap()
+			if _, decided := want[addr]; decided || e.Flags&pm.FlagSubflow == 0 || !managed(addr) {
+				continue
+			}
+			if _, owned := a.state.Owned(addr); owned {
+				continue
+			}
+			joining[addr] = true
+			if y, ok := a.yielded[addr]; ok && y {
+				continue // yielded on backup already
+			}
+			key := fmt.Sprintf("endpoint flags %s %v", addr, true)
+			if e.Flags&pm.FlagBackup != 0 || !a.gate.Ready(key, r.Now) {
+				continue
+			}
+			nf := e.Flags | pm.FlagBackup
+			err := a.c.SetEndpointFlags(pm.Endpoint{ID: e.ID, Addr: addr, Flags: nf})
+			a.gate.Done(key, err, r.Now)
+			if err == nil {
+				a.state.SetFlags(addr, e.Flags, nf)
+				e.Flags = nf
+				a.update(e)
+				a.set[addr] = e
+			}
+			act := backupRecord("endpoint "+addr.String(), 0, true, err)
+			act.Reason = "new subflows join as backup until a policy lets them carry"
+			acts = append(acts, act)
+		}
+	}
+	// Addresses nobody decides on any more go back to how they were.
+	for _, addr := range a.state.Addrs() {
+		if _, decided := want[addr]; !decided && !joining[addr] {
+			acts = append(acts, a.restoreAddr(addr)...)
+		}
+	}
+	for addr := range a.yielded {
+		if _, decided := want[addr]; !decided && !joining[addr] {
+			delete(a.yielded, addr)
+		}
+	}
+	if err := a.state.Save(); err != nil {
+		acts = append(acts, record("state", a.state.Path(), err))
+	}
+	return acts
+}
+
+// restoreAddr undoes what the daemon did to addr's endpoint, unless
+// someone else changed it since.
+func (a *endpointFlags) restoreAddr(addr netip.Addr) []api.ActionRecord {
+	var acts []api.ActionRecord
+	byAddr := a.byAddr()
+	ep, exists := byAddr[addr]
+	if ch, ok := a.state.Changed(addr); ok && exists {
+		switch ep.Flags {
+		case ch.Original:
+		case ch.Set:
+			err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: ch.Original})
+			act := record("endpoint", fmt.Sprintf("restore %s flags to %q", addr, ch.Original.String()), err)
+			act.Reason = "no policy decides on it any more"
+			acts = append(acts, act)
+			if err == nil {
+				ep.Flags = ch.Original
+				a.update(ep)
+			}
+		default:
+			act := record("endpoint", fmt.Sprintf("leave %s flags %q", addr, ep.Flags.String()), nil)
+			act.Result = Yielded
+			act.Reason = fmt.Sprintf("another manager changed them after mpsteer set %q: not restored to %q", ch.Set, ch.Original)
+			acts = append(acts, act)
+		}
+	}
+	if id, ok := a.state.Owned(addr); ok && exists && ep.ID == id {
+		err := a.c.DelEndpoint(pm.Endpoint{ID: id, Addr: addr})
+		act := record("endpoint", fmt.Sprintf("remove %s (owned by mpsteer)", addr), err)
+		act.Reason = "no policy decides on it any more"
+		acts = append(acts, act)
+		if err == nil {
+			a.remove(id)
+		}
+	}
+	a.state.Forget(addr)
+	delete(a.set, addr)
+	return acts
+}
+
+func (a *endpointFlags) Restore() []api.ActionRecord {
+	var acts []api.ActionRecord
+	if err := a.read(true); err != nil {
+		return []api.ActionRecord{record("endpoint", "list endpoints", err)}
+	}
+	for _, addr := range a.state.Addrs() {
+		acts = append(acts, a.restoreAddr(addr)...)
+	}
+	if err := a.state.Save(); err != nil {
+		acts = append(acts, record("state", a.state.Path(), err))
+	}
+	return acts
+}
+
+// RestoreLeftovers undoes what a daemon that did not exit cleanly left in
+// state (its file), where no one has changed it since.
+func RestoreLeftovers(c PM, state *crashstate.File) []api.ActionRecord {
+	return (&endpointFlags{c: c, gate: &Gate{}, state: state, set: map[netip.Addr]pm.Endpoint{}}).Restore()
+}
+
+func (a *endpointFlags) Endpoints() []api.EndpointStatus {
+	managed := a.scope.managedFunc()
+	var out []api.EndpointStatus
+	seen := map[netip.Addr]bool{}
+	for _, e := range a.eps {
+		addr := e.Addr.Unmap()
+		seen[addr] = true
+		st := api.EndpointStatus{Addr: addr.String(), ID: e.ID, Flags: e.Flags.String()}
+		w, decided := a.want[addr]
+		st.Managed = decided && managed(addr)
+		_, st.Owned = a.state.Owned(addr)
+		if decided {
+			st.Want = "usable"
+			if w {
+				st.Want = "backup"
+			}
+			st.Reason = a.reasons[addr]
+		}
+		_, st.Yielded = a.yielded[addr]
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out
+}
+
+// wantPerAddress folds the per-subflow decisions into one per local
+// address (the flag lives on the address's endpoint): backup only if every
+// established subflow from it should be, with the reason and policy of one
+// that says why. A subflow no policy decides on keeps its address usable
+// (fail open) once any policy decides on the address. stale marks
+// addresses with a subflow whose own flag disagrees and whose join has
+// completed (the kernel would send it an MP_PRIO now); joining reports a
+// subflow that disagrees but whose join has not (one sent now would miss
+// it). One pass, the addresses in a short list: it runs over every
+// subflow every round.
+func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow) (want map[netip.Addr]bool, reason, who map[netip.Addr]string, stale map[netip.Addr]bool, joining bool) {
+	type per struct {
+		addr            netip.Addr
+		decided         bool
+		backup          bool
+		undecided       int // subflows no policy decides on
+		reason, who     string
+		flagOn, flagOff bool // a decided subflow's own flag (joins completed)
+		joinOn, joinOff bool // the same, joins not completed
+	}
+	var addrs []per
+	for i := range sfs {
+		sf := &sfs[i]
+		addr := sf.Local.Addr().Unmap()
+		j := 0
+		for j < len(addrs) && addrs[j].addr != addr {
+			j++
+		}
+		if j == len(addrs) {
+			addrs = append(addrs, per{addr: addr, backup: true})
+		}
+		p := &addrs[j]
+		d, ok := dec[policy.ID(*sf)]
+		if !ok {
+			p.undecided++
+			continue
+		}
+		p.decided = true
+		p.backup = p.backup && d.Backup
+		if p.reason == "" || !d.Backup {
+			p.reason, p.who = d.Reason, d.Policy
+		}
+		// A sampled MP_JOIN subflow whose join has not completed (no
+		// FULLY_ESTABLISHED yet) would miss an MP_PRIO.
+		if sf.Cookie != 0 && sf.MPFlags&observe.FlagJoinLoc != 0 && sf.MPFlags&observe.FlagFullyEst == 0 {
+			p.joinOn = p.joinOn || sf.BackupLocal
+			p.joinOff = p.joinOff || !sf.BackupLocal
+			continue
+		}
+		p.flagOn = p.flagOn || sf.BackupLocal
+		p.flagOff = p.flagOff || !sf.BackupLocal
+	}
+	want, reason, who, stale = map[netip.Addr]bool{}, map[netip.Addr]string{}, map[netip.Addr]string{}, map[netip.Addr]bool{}
+	for _, p := range addrs {
+		if !p.decided {
+			continue
+		}
+		if p.backup && p.undecided > 0 {
+			p.backup = false
+			p.reason = fmt.Sprintf("%d subflow(s) of connections no policy decides on use this address: it stays usable (the endpoint's flag acts on every connection; per-subflow flags need the userspace path manager)", p.undecided)
+		}
+		want[p.addr], reason[p.addr], who[p.addr] = p.backup, p.reason, p.who
+		if p.backup && p.flagOff || !p.backup && p.flagOn {
+			stale[p.addr] = true
+		}
+		if p.backup && p.joinOff || !p.backup && p.joinOn {
+			joining = true
+		}
+	}
+	return want, reason, who, stale, joining
+}

@@ -1,0 +1,155 @@
+package actuator
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"mpsteer/internal/api"
+	"mpsteer/internal/observe"
+	"mpsteer/internal/pm"
+	"mpsteer/internal/policy"
+)
+
+// PM is what the actuators ask of the path manager (a *pm.Client).
+type PM interface {
+	Endpoints() ([]pm.Endpoint, error)
+	AddEndpoint(e pm.Endpoint) (pm.Endpoint, error)
+	SetEndpointFlags(e pm.Endpoint) error
+	DelEndpoint(e pm.Endpoint) error
+	SetSubflowFlags(token uint32, local, remote netip.AddrPort, flags pm.Flags) error
+	SubflowCreate(token uint32, local pm.Endpoint, remote netip.AddrPort) error
+	SubflowDestroy(token uint32, local, remote netip.AddrPort) error
+	Announce(token uint32, e pm.Endpoint) error
+	Remove(token uint32, localID uint8) error
+}
+
+// Yielded is the result of a change the daemon did not make because
+// another manager made a different one (it is reported once, not fought).
+const Yielded = "yielded"
+
+// Round is what one reconcile round gives the flag actuator besides the
+// decisions.
+type Round struct {
+	Now time.Time
+	// Refresh: read the kernel's endpoints again (a sample round) rather
+	// than trust the last read and the daemon's own changes since.
+	Refresh bool
+	// JoinBackup: a policy wants new subflows to join as backup.
+	JoinBackup bool
+}
+
+// Flags turns the policies' per-subflow backup decisions into kernel
+// changes. Every round gives it the whole namespace: every established
+// subflow and every decision, so that what no decision wants any more is
+// undone and an address's flag is decided over every connection that
+// uses it.
+type Flags interface {
+	Apply(dec map[policy.SubflowID]policy.Action, est []observe.Subflow, r Round) []api.ActionRecord
+	// Restore undoes what the actuator changed (the daemon exits), where
+	// no one else has changed it since.
+	Restore() []api.ActionRecord
+	Mode() string
+	// Recheck: a flag the last round wants still has to reach a subflow
+	// whose join had not completed (the kernel sends MP_PRIO only to
+	// subflows whose join has), or an address was just made usable: the
+	// daemon should look again soon.
+	Recheck() bool
+	// Endpoints describes the endpoints the actuator manages (nil when it
+	// sets per-subflow flags).
+	Endpoints() []api.EndpointStatus
+	// SetScope changes which endpoints it may change (a reload).
+	SetScope(s Scope)
+}
+
+// subflowFlags works with the userspace path manager: each subflow's
+// backup flag is set on its own (MPTCP_PM_CMD_SET_FLAGS with a token).
+type subflowFlags struct {
+	c       PM
+	gate    *Gate
+	changed map[policy.SubflowID]uint32 // subflow → token, flags changed by us
+}
+
+// NewSubflowFlags sets each subflow's own flag (userspace path manager).
+func NewSubflowFlags(c PM, gate *Gate) Flags {
+	return &subflowFlags{c: c, gate: gate, changed: map[policy.SubflowID]uint32{}}
+}
+
+func (a *subflowFlags) Mode() string                    { return "subflow" }
+func (a *subflowFlags) Recheck() bool                   { return false }
+func (a *subflowFlags) Endpoints() []api.EndpointStatus { return nil }
+func (a *subflowFlags) SetScope(Scope)                   {}
+
+func (a *subflowFlags) Apply(dec map[policy.SubflowID]policy.Action, est []observe.Subflow, r Round) []api.ActionRecord {
+	var acts []api.ActionRecord
+	live := make(map[policy.SubflowID]bool, len(a.changed))
+	for _, sf := range est {
+		id := policy.ID(sf)
+		d, ok := dec[id]
+		if _, mine := a.changed[id]; mine {
+			live[id] = true
+		}
+		if !ok {
+			if _, mine := a.changed[id]; mine && sf.BackupLocal {
+				act := a.set(sf.Token, id, false, "", "no policy decides it any more", r.Now)
+				acts = append(acts, act)
+				if act.Result == string(policy.Applied) {
+					delete(a.changed, id)
+				}
+			}
+			continue
+		}
+		if sf.BackupLocal == d.Backup {
+			continue
+		}
+		act := a.set(sf.Token, id, d.Backup, d.Policy, d.Reason, r.Now)
+		if act.Result == "" {
+			continue // held back by the gate
+		}
+		acts = append(acts, act)
+		if act.Result == string(policy.Applied) {
+			a.changed[id] = sf.Token
+		}
+	}
+	for id := range a.changed {
+		if !live[id] {
+			delete(a.changed, id) // the subflow is gone
+		}
+	}
+	return acts
+}
+
+// set changes one subflow's flag through the gate; a change the gate
+// holds back gives a record without a result.
+func (a *subflowFlags) set(token uint32, id policy.SubflowID, backup bool, who, reason string, now time.Time) api.ActionRecord {
+	key := fmt.Sprintf("subflow %s %v", id, backup)
+	if !a.gate.Ready(key, now) {
+		return api.ActionRecord{}
+	}
+	var f pm.Flags
+	if backup {
+		f = pm.FlagBackup
+	}
+	err := a.c.SetSubflowFlags(token, id.Local.AddrPort(), id.Remote.AddrPort(), f)
+	a.gate.Done(key, err, now)
+	act := backupRecord(id.String(), token, backup, err)
+	act.Policy, act.Reason = who, reason
+	return act
+}
+
+func (a *subflowFlags) Restore() []api.ActionRecord {
+	var acts []api.ActionRecord
+	for id, tok := range a.changed {
+		var f pm.Flags
+		err := a.c.SetSubflowFlags(tok, id.Local.AddrPort(), id.Remote.AddrPort(), f)
+		act := backupRecord(id.String(), tok, false, err)
+		act.Reason = "daemon exit"
+		acts = append(acts, act)
+	}
+	a.changed = map[policy.SubflowID]uint32{}
+	return acts
+}
+
+// errNoEndpoints: the endpoints were never read.
+var errNoEndpoints = errors.New("the path manager's endpoints could not be read")

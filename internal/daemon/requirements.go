@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"mpsteer/internal/policy"
+	"mpsteer/internal/sockops"
+)
+
+// syncRequirements keeps what the policies require outside per-subflow
+// decisions in place (under mu): joins as backup, the health program, the
+// rate program, avoid_initial, rto_max and the SYN timeout. It asks the
+// policies (which may resolve interfaces), so it runs on sample rounds and
+// after reloads, not on every event.
+func (d *Daemon) syncRequirements() {
+	req := d.engine.Requirements()
+	d.apply.joinBackup = req.JoinBackup
+	d.syncHealth(req) // health.go
+	if req.Limits {
+		if err := d.apply.rates.Ready(); err != nil {
+			d.log.Printf("rate caps cannot be set (rate_via: %s): %v", d.cfg.RateVia, err)
+		}
+	}
+	d.syncInitial(req)
+	d.syncRTO(req)
+}
+
+// syncRTO keeps the rto_max and SYN timeout program in line with the
+// policies: loaded on first need, said once when it cannot be.
+func (d *Daemon) syncRTO(req policy.Requirements) {
+	p := &d.progs
+	if len(req.RTOMax) == 0 && len(req.SynRTO) == 0 && p.rto == nil {
+		return
+	}
+	if p.rto == nil {
+		if p.rtoErr != "" {
+			return // tried and failed; said so once
+		}
+		r, err := sockops.NewRTOCapper(d.cookie)
+		if err != nil {
+			p.rtoErr = err.Error()
+			d.log.Printf("rto_max is not enforced: %v", err)
+			return
+		}
+		p.rto = r
+	}
+	if err := p.rto.Set(req.RTOMax); err != nil {
+		d.log.Printf("rto_max map: %v", err)
+	}
+	if err := p.rto.SetSynRTO(req.SynRTO); err != nil {
+		d.log.Printf("SYN timeout map: %v", err)
+	}
+}
+
+// syncInitial keeps the avoid_initial program in line with the policies:
+// loaded while a policy marks paths volatile, bound to the address the
+// policy chose (none while no such address is up), unloaded when no
+// policy asks any more. Connections already open are not touched.
+func (d *Daemon) syncInitial(req policy.Requirements) {
+	p := &d.progs
+	if len(req.InitialAvoid) == 0 {
+		if p.initial != nil {
+			p.initial.Close()
+			p.initial = nil
+			d.log.Printf("avoid_initial: off")
+		}
+		return
+	}
+	if p.initial == nil {
+		if p.initialErr != "" {
+			return // tried and failed; said so once
+		}
+		b, err := sockops.NewInitialBinder(d.cookie)
+		if err != nil {
+			p.initialErr = err.Error()
+			d.log.Printf("avoid_initial is not enforced: %v", err)
+			return
+		}
+		p.initial = b
+	}
+	if p.initial.Addr() == req.InitialAddr {
+		return
+	}
+	if err := p.initial.Set(req.InitialAddr); err != nil {
+		d.log.Printf("avoid_initial: %v", err)
+		return
+	}
+	if req.InitialAddr.IsValid() {
+		d.log.Printf("avoid_initial: new MPTCP connections start from %s (volatile: %v)", req.InitialAddr, req.InitialAvoid)
+	} else {
+		d.log.Printf("avoid_initial: no address to start from that is not volatile (volatile: %v); connections start where routing sends them", req.InitialAvoid)
+	}
+}

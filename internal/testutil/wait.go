@@ -1,0 +1,34 @@
+package testutil
+
+import (
+	"testing"
+	"time"
+)
+
+// Eventually waits until cond returns nil, checking every 20 ms, and fails
+// the test with cond's last error if it has not within timeout. Tests wait
+// on the state they need this way, never on a fixed sleep.
+func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	if err := WaitFor(timeout, cond); err != nil {
+		t.Fatalf("not within %v: %v", timeout, err)
+	}
+}
+
+// WaitFor is Eventually without a test: it returns cond's last error, or
+// nil as soon as cond holds.
+func WaitFor(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		<-tick.C
+	}
+}
