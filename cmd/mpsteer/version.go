@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
-
 )
 
 // version is set when building for release: go build -ldflags

@@ -97,9 +97,9 @@ func NewEndpointFlags(c PM, gate *Gate, state *crashstate.File, scope Scope) Fla
 		yielded: map[netip.Addr]bool{}, unmanaged: map[netip.Addr]bool{}}
 }
 
-func (a *endpointFlags) Mode() string   { return "endpoint" }
+func (a *endpointFlags) Mode() string     { return "endpoint" }
 func (a *endpointFlags) SetScope(s Scope) { a.scope = s }
-func (a *endpointFlags) Recheck() bool { return a.recheck }
+func (a *endpointFlags) Recheck() bool    { return a.recheck }
 
 // read lists the endpoints when asked to or never read.
 func (a *endpointFlags) read(refresh bool) error {

@@ -79,7 +79,7 @@ func NewSubflowFlags(c PM, gate *Gate) Flags {
 func (a *subflowFlags) Mode() string                    { return "subflow" }
 func (a *subflowFlags) Recheck() bool                   { return false }
 func (a *subflowFlags) Endpoints() []api.EndpointStatus { return nil }
-func (a *subflowFlags) SetScope(Scope)                   {}
+func (a *subflowFlags) SetScope(Scope)                  {}
 
 func (a *subflowFlags) Apply(dec map[policy.SubflowID]policy.Action, est []observe.Subflow, r Round) []api.ActionRecord {
 	var acts []api.ActionRecord

@@ -29,8 +29,8 @@ func (p *fakePacer) Set(want map[sockops.Subflow4]uint64) error {
 	return nil
 }
 func (p *fakePacer) Forget(func(sockops.Subflow4) bool) {}
-func (p *fakePacer) Stats() map[string]uint64            { return nil }
-func (p *fakePacer) Close(time.Duration) error           { return nil }
+func (p *fakePacer) Stats() map[string]uint64           { return nil }
+func (p *fakePacer) Close(time.Duration) error          { return nil }
 
 func newTestRates(t *testing.T, p *fakePacer) (*Rates, *Gate) {
 	t.Helper()

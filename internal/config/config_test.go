@@ -75,7 +75,6 @@ func TestSpreadConfigErrorsNameTheKey(t *testing.T) {
 	checkConfigs(t, env, cases, nil)
 }
 
-
 // spreadConfig spreads the VMs' subflows of one hypervisor over both links;
 // peer is the other hypervisor's address suffix on the links (2 or 1).
 func TestReportHealthConfig(t *testing.T) {

@@ -20,7 +20,7 @@ type countingPM struct {
 }
 
 func (c *countingPM) count() { c.mu.Lock(); c.calls++; c.mu.Unlock() }
-func (c *countingPM) n() int  { c.mu.Lock(); defer c.mu.Unlock(); return c.calls }
+func (c *countingPM) n() int { c.mu.Lock(); defer c.mu.Unlock(); return c.calls }
 
 func (c *countingPM) Endpoints() ([]pm.Endpoint, error)              { c.count(); return nil, nil }
 func (c *countingPM) AddEndpoint(e pm.Endpoint) (pm.Endpoint, error) { c.count(); return e, nil }

@@ -35,7 +35,6 @@ func (e *emulator) recent(targets []*emuLink, window, now time.Duration, resp *R
 	}
 }
 
-
 // labHop is the emulated link that delivers to one of the host's devices.
 type labHop struct {
 	link string
