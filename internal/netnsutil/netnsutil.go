@@ -14,6 +14,8 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/containernetworking/plugins/pkg/ns"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -27,24 +29,34 @@ func Create(name string) error {
 	if Exists(name) {
 		return fmt.Errorf("network namespace %q already exists", name)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
+	// netns.NewNamed moves the calling thread into the new namespace: it
+	// runs on a thread of its own that is never unlocked, so the runtime
+	// ends that thread with the goroutine and no other goroutine ever runs
+	// in the new namespace by accident.
+	// The new namespace is made from the caller's (which may be another
+	// namespace: Do(parent, Create) makes a child of parent).
+	from, err := netns.Get()
 	if err != nil {
 		return err
 	}
-	defer orig.Close()
-	h, err := netns.NewNamed(name)
-	if err != nil {
-		// NewNamed may have switched before failing.
-		_ = netns.Set(orig)
-		return fmt.Errorf("create network namespace %q: %w", name, err)
-	}
-	h.Close()
-	if err := netns.Set(orig); err != nil {
-		// A thread stuck in the wrong namespace must not be reused.
-		runtime.UnlockOSThread()
-		panic(fmt.Sprintf("cannot return to the original network namespace: %v", err))
+	defer from.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(from); err != nil {
+			errc <- fmt.Errorf("create network namespace %q: %w", name, err)
+			return
+		}
+		h, err := netns.NewNamed(name)
+		if err != nil {
+			errc <- fmt.Errorf("create network namespace %q: %w", name, err)
+			return
+		}
+		h.Close()
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		return err
 	}
 	// Loopback is down in a new namespace; almost everything wants it up.
 	return Do(name, func() error {
@@ -100,34 +112,11 @@ func Open(name string) (netns.NsHandle, error) {
 	return h, nil
 }
 
-// Do runs fn with the calling thread inside namespace name.
+// Do runs fn inside namespace name, on a thread locked to it for fn's
+// run (the CNI plugins' ns package: a thread that cannot be returned to
+// its namespace is never reused).
 func Do(name string, fn func() error) error {
-	target, err := Open(name)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	return DoHandle(target, fn)
-}
-
-// DoHandle is Do for an already open namespace handle.
-func DoHandle(target netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	if err := netns.Set(target); err != nil {
-		return fmt.Errorf("enter network namespace: %w", err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		runtime.UnlockOSThread()
-		panic(fmt.Sprintf("cannot return to the original network namespace: %v", err))
-	}
-	return ferr
+	return ns.WithNetNSPath(filepath.Join(Dir, name), func(ns.NetNS) error { return fn() })
 }
 
 // Sysctl writes a per-namespace sysctl such as "net/ipv4/ip_forward".
