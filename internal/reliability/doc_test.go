@@ -46,11 +46,24 @@ func TestTableAndMetric(t *testing.T) {
 	if err != nil || got != "intro\n"+BeginMarker+"\nnew\n"+EndMarker+"\nend\n" {
 		t.Fatalf("splice: %q %v", got, err)
 	}
-	text := "# HELP x\ngo_goroutines 12\ngo_goroutines_extra 5\nm{a=\"1\",b=\"2\"} 3\nm{a=\"1\",b=\"3\"} 4\n"
+	text := "# HELP x\ngo_goroutines 12\ngo_goroutines_extra 5\nm{a=\"1\",b=\"2\"} 3\nm{a=\"1\",b=\"3\"} 4\n" +
+		"# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 3\nh_sum 4.5\nh_count 3\n"
 	if v, ok := Metric(text, "go_goroutines"); !ok || v != 12 {
 		t.Fatalf("go_goroutines = %v %v", v, ok)
 	}
-	if v, _ := Metric(text, `m{a="1"`); v != 7 {
+	if c, _ := Metric(text, "h_count"); c != 3 {
+		t.Fatalf("h_count = %v", c)
+	}
+	if v, _ := Metric(text, "h_sum"); v != 4.5 {
+		t.Fatalf("h_sum = %v", v)
+	}
+	if _, ok := Metric(text, "m", "a=9"); ok {
+		t.Fatal("a label value no sample has matched")
+	}
+	if v, ok := Metric(text, "go_goroutines"); !ok || v != 12 {
+		t.Fatalf("go_goroutines = %v %v", v, ok)
+	}
+	if v, _ := Metric(text, "m", "a=1"); v != 7 {
 		t.Fatalf("m{a=1} summed = %v", v)
 	}
 	p, err := ReadProc(os.Getpid())

@@ -348,11 +348,11 @@ func metricsText(t *testing.T, ns string) string {
 	return s
 }
 
-func metric(t *testing.T, text, prefix string) float64 {
+func metric(t *testing.T, text, name string, labels ...string) float64 {
 	t.Helper()
-	v, ok := Metric(text, prefix)
+	v, ok := Metric(text, name, labels...)
 	if !ok {
-		t.Fatalf("metrics have no %s", prefix)
+		t.Fatalf("metrics have no %s %v", name, labels)
 	}
 	return v
 }

@@ -76,7 +76,7 @@ func TestLoadSubflows(t *testing.T) {
 		target := nconn * loadLinks
 		var have float64
 		waitUntil(60*time.Second, func() bool {
-			have = metric(t, metricsText(t, w.h.Client), `mpsteer_subflows{state="established"}`)
+			have = metric(t, metricsText(t, w.h.Client), "mpsteer_subflows", "state=established")
 			return int(have) >= target
 		})
 		settled := time.Since(t0)
@@ -95,19 +95,19 @@ func TestLoadSubflows(t *testing.T) {
 		el := time.Since(w0)
 		cnt := metric(t, m1, "mpsteer_round_duration_seconds_count") - metric(t, m0, "mpsteer_round_duration_seconds_count")
 		sum := metric(t, m1, "mpsteer_round_duration_seconds_sum") - metric(t, m0, "mpsteer_round_duration_seconds_sum")
-		sfs := metric(t, m1, `mpsteer_subflows{state="established"}`)
+		sfs := metric(t, m1, "mpsteer_subflows", "state=established")
 		ev0, _ := Metric(m0, "mpsteer_pm_events_total")
 		ev1, _ := Metric(m1, "mpsteer_pm_events_total")
 		byEvent := map[string]float64{}
 		for _, e := range []string{"created", "established", "closed", "announced", "removed", "sub_established", "sub_closed", "sub_priority"} {
-			a, _ := Metric(m0, `mpsteer_pm_events_total{event="`+e+`"}`)
-			b, _ := Metric(m1, `mpsteer_pm_events_total{event="`+e+`"}`)
+			a, _ := Metric(m0, "mpsteer_pm_events_total", "event="+e)
+			b, _ := Metric(m1, "mpsteer_pm_events_total", "event="+e)
 			if b > a {
 				byEvent[e] = b - a
 			}
 		}
-		ep0, _ := Metric(m0, `mpsteer_policy_actions_total{kind="backup"`)
-		ep1, _ := Metric(m1, `mpsteer_policy_actions_total{kind="backup"`)
+		ep0, _ := Metric(m0, "mpsteer_policy_actions_total", "kind=backup")
+		ep1, _ := Metric(m1, "mpsteer_policy_actions_total", "kind=backup")
 		refused, _ := Metric(m1, `mpsteer_policy_actions_total{kind="backup",policy="prefer",result="refused"}`)
 		_, stErr := d.Client.Status()
 		answers := 0

@@ -18,6 +18,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
 )
 
 // SoakEnv selects the long versions of the cases (make soak sets it).
@@ -250,43 +254,30 @@ type Proc struct {
 	Threads  int
 }
 
-// ReadProc reads pid's counters.
+// ReadProc reads pid's counters (prometheus/procfs).
 func ReadProc(pid int) (Proc, error) {
 	var p Proc
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		return p, err
 	}
-	// The command name may hold spaces: fields count from the last ')'.
-	s := string(stat)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 20 {
-		return p, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ut, _ := strconv.ParseUint(f[11], 10, 64)
-	st, _ := strconv.ParseUint(f[12], 10, 64)
-	p.CPUTicks = ut + st
-	p.Threads, _ = strconv.Atoi(f[17])
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := proc.Stat()
 	if err != nil {
 		return p, err
 	}
-	for _, l := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			p.RSSKiB, _ = strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		}
-	}
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
+	p.CPUTicks = uint64(st.UTime) + uint64(st.STime)
+	p.Threads = st.NumThreads
+	status, err := proc.NewStatus()
 	if err != nil {
 		return p, err
 	}
-	p.FDs = len(ents)
-	for _, e := range ents {
-		l, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
+	p.RSSKiB = status.VmRSS >> 10
+	targets, err := proc.FileDescriptorTargets()
+	if err != nil {
+		return p, err
+	}
+	p.FDs = len(targets)
+	for _, l := range targets {
 		switch l {
 		case "anon_inode:bpf_link":
 			p.BPFLinks++
@@ -301,27 +292,62 @@ func ReadProc(pid int) (Proc, error) {
 // architecture Go supports).
 const ClockTick = 100
 
-// Metric finds a sample in Prometheus text: the value of the first line
-// whose name and labels start with prefix (e.g. `go_goroutines`,
-// `mpsteer_config_reloads_total{result="applied",trigger="policy apply"}`),
-// summed over every line that matches.
-func Metric(text, prefix string) (float64, bool) {
-	var sum float64
-	found := false
-	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(l, "#") || !strings.HasPrefix(l, prefix) {
+// Metric sums the samples of metric name in Prometheus text (parsed by
+// prometheus/common/expfmt) whose labels include every "label=value" of
+// labels; found is false when no sample matches.
+func Metric(text, name string, labels ...string) (sum float64, found bool) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return 0, false
+	}
+	// A histogram's or a summary's _count and _sum are samples of its
+	// family.
+	part := ""
+	f := fams[name]
+	for _, suf := range []string{"_count", "_sum"} {
+		if base, ok := strings.CutSuffix(name, suf); f == nil && ok && fams[base] != nil {
+			f, part = fams[base], suf
+		}
+	}
+	if f == nil {
+		return 0, false
+	}
+	for _, m := range f.Metric {
+		have := map[string]string{}
+		for _, l := range m.Label {
+			have[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for _, kv := range labels {
+			k, v, _ := strings.Cut(kv, "=")
+			if have[k] != v {
+				match = false
+			}
+		}
+		if !match {
 			continue
 		}
-		rest := l[len(prefix):]
-		if rest != "" && rest[0] != ' ' && rest[0] != '{' && rest[0] != ',' && rest[0] != '}' {
-			continue // a longer name
-		}
-		i := strings.LastIndexByte(l, ' ')
-		v, err := strconv.ParseFloat(l[i+1:], 64)
-		if err != nil {
+		switch {
+		case part == "_count" && m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount())
+		case part == "_sum" && m.Histogram != nil:
+			sum += m.Histogram.GetSampleSum()
+		case part == "_count" && m.Summary != nil:
+			sum += float64(m.Summary.GetSampleCount())
+		case part == "_sum" && m.Summary != nil:
+			sum += m.Summary.GetSampleSum()
+		case part != "":
+			continue
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Untyped != nil:
+			sum += m.Untyped.GetValue()
+		default:
 			continue
 		}
-		sum += v
 		found = true
 	}
 	return sum, found

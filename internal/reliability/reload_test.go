@@ -49,7 +49,7 @@ func TestReloadStorm(t *testing.T) {
 		return metric(t, m, "go_goroutines"), metric(t, m, "process_open_fds"), float64(p.BPFLinks)
 	}
 	g0, f0, l0 := counts()
-	backup0 := metric(t, metricsText(t, w.h.Client), `mpsteer_policy_actions_total{kind="backup",policy="prefer",result="applied"}`)
+	backup0 := metric(t, metricsText(t, w.h.Client), "mpsteer_policy_actions_total", "kind=backup", "policy=prefer", "result=applied")
 	rng := rand.New(rand.NewPCG(1, 2))
 	wantApplied, wantRefused := map[string]int{}, map[string]int{}
 	last := 0 // the last valid config applied
@@ -102,7 +102,7 @@ func TestReloadStorm(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	g1, f1, l1 := counts()
 	m := metricsText(t, w.h.Client)
-	backup1 := metric(t, m, `mpsteer_policy_actions_total{kind="backup",policy="prefer",result="applied"}`)
+	backup1 := metric(t, m, "mpsteer_policy_actions_total", "kind=backup", "policy=prefer", "result=applied")
 	refusedActs, _ := Metric(m, `mpsteer_policy_actions_total{kind="backup",policy="prefer",result="refused"}`)
 	for _, trig := range []string{"policy apply", "SIGHUP"} {
 		a, _ := Metric(m, fmt.Sprintf(`mpsteer_config_reloads_total{result="applied",trigger="%s"}`, trig))
