@@ -53,6 +53,9 @@ type Scenario struct {
 	Traffic  []Traffic
 	Events   []Event
 	Variants []*Variant
+	// Primary and Compare: what results compare (compare.go).
+	Primary Primary
+	Compare []string
 }
 
 // Host holds per-host settings.
@@ -253,6 +256,9 @@ type Variant struct {
 	// Mptcpd names the mptcpd plugin to run in the client ("" = none);
 	// it implies PathManager["client"] == PMUserspace.
 	Mptcpd string
+	// BestOf: a tcp variant with path: best runs over each of these paths
+	// in turn and keeps the best (tcpbest.go); Paths is then the first.
+	BestOf []string
 	Line   int
 }
 
@@ -362,7 +368,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		}
 	}
 	ec := &eventContext{paths: seen, plain: map[string]bool{}, core: s.Core, coreFailed: m.Failed("core") || (s.Core != nil && s.Core.bad), dir: dir,
-		daemonHosts: []string{"client", "server"}}
+		daemonHosts: []string{"client", "server"}, s: s}
 	if s.Tenants != nil {
 		// Events name the physical links as they name core links.
 		ec.core, ec.tenants = &Core{Links: s.Tenants.Links}, s.Tenants
@@ -421,6 +427,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		fillVariantPaths(v, s)
 		fillVariantDefaults(v, s)
 	}
+	parseComparisons(m, s)
 	m.Done()
 	if err := m.Err(); err != nil {
 		return nil, err
@@ -836,6 +843,8 @@ type eventContext struct {
 	// variant's daemon: may name.
 	tenants     *Tenants
 	daemonHosts []string
+	// s is the scenario as parsed so far (paths, core, traffic, events).
+	s *Scenario
 }
 
 // parseEvents reads the events under key. An event at or after the time
@@ -954,7 +963,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 		vm.Errorf("name", "%q is not a valid variant name (letters, digits, '+', '.', '_', '-'; it names a directory)", v.Name)
 	}
 	def := string(KindMPTCP)
-	if v.Name == "tcp" {
+	if v.Name == "tcp" || v.Name == TCPBest {
 		def = string(KindTCP)
 	}
 	v.Kind = VariantKind(vm.Enum("kind", def, string(KindTCP), string(KindMPTCP)))
@@ -966,7 +975,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 		}
 	}
 	if p := vm.String("path", ""); p != "" {
-		if !paths[p] {
+		if !paths[p] && !(p == BestPath && v.Kind == KindTCP) {
 			vm.Errorf("path", "%q is not a path of this scenario", p)
 		}
 		v.Paths = []string{p}
@@ -1009,6 +1018,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 	}
 	v.Events = parseEvents(vm, "events", ec)
 	parseVariantPM(vm, v, ec)
+	parseTCPBest(vm, v, ec)
 	vm.Done()
 	return v
 }
