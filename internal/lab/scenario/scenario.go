@@ -1031,8 +1031,9 @@ func parseVariantPM(vm *yamlcfg.Map, v *Variant, ec *eventContext) {
 		v.Spread = Spread(vm.Enum("spread", "", string(SpreadECMP), string(SpreadPinned)))
 		switch {
 		case vm.Failed("spread"):
+		case ec.tenants != nil && v.Spread != SpreadECMP:
+			vm.Errorf("spread", "spread says how a core's routers spread flows; in a tenants world the hypervisors route: spread: ecmp gives each a default route over every link (L4 hash), and pinning each subflow to a link is the daemon's spread policy (daemon: {%s: {policies: [{name: spread, ...}]}})", ec.tenants.Hypervisors[0])
 		case ec.tenants != nil:
-			vm.Errorf("spread", "spread says how a core's routers spread flows; in a tenants world the hypervisors route, and spreading is the daemon's spread policy (daemon: {%s: {policies: [{name: spread, ...}]}})", ec.tenants.Hypervisors[0])
 		case ec.core == nil:
 			if !ec.coreFailed {
 				vm.Errorf("spread", "spread says how the core's routers spread flows over its links, but the scenario has no core")
