@@ -258,19 +258,19 @@ type pageImage struct{ Src, Alt string }
 
 type pageExperiment struct {
 	Experiment
-	Title    string
-	Command  string
-	Ran      bool
-	Failed   string
+	Title   string
+	Command string
+	Ran     bool
+	Failed  string
 	// Of the run: rounds, failed runs, whether every round ran, and where
 	// it was measured.
 	Runs, FailedRuns     int
 	Incomplete           bool
 	Commit, Kernel, Date string
-	Rows     []pageRow
-	Images   []pageImage
-	Variants []pageImage // per variant goodput plots
-	Report   string
+	Rows                 []pageRow
+	Images               []pageImage
+	Variants             []pageImage // per variant goodput plots
+	Report               string
 }
 
 type page struct {
