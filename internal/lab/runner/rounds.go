@@ -22,14 +22,19 @@ import (
 // that merely failed is a Run with Failed set.
 type attemptFunc func(ctx context.Context, round, attempt int, variant string) (results.Run, error)
 
-// errBroken stops the rounds when a variant fails both attempts of the
-// first round: a setup that never works, not noise.
+// errBroken reports the variants that failed both attempts of the first
+// round: a setup that never works, not noise. They run no further rounds;
+// the others go on.
 type errBroken struct {
-	variant, reason string
+	variants, reasons []string
 }
 
 func (e errBroken) Error() string {
-	return fmt.Sprintf("variant %s failed twice in the first round (%s); stopped", e.variant, e.reason)
+	var parts []string
+	for i, v := range e.variants {
+		parts = append(parts, fmt.Sprintf("variant %s failed twice in the first round (%s)", v, e.reasons[i]))
+	}
+	return strings.Join(parts, "; ") + "; it ran no further rounds"
 }
 
 // runRounds runs n rounds of the variants in order, calling after with
@@ -37,8 +42,13 @@ func (e errBroken) Error() string {
 // variant in the order run, also when it stops early.
 func runRounds(ctx context.Context, n int, order []string, attempt attemptFunc, after func(map[string][]results.Run)) (map[string][]results.Run, error) {
 	runs := map[string][]results.Run{}
+	var broken errBroken
+	dropped := map[string]bool{}
 	for round := 1; round <= n; round++ {
 		for _, v := range order {
+			if dropped[v] {
+				continue
+			}
 			for try := 1; try <= 2; try++ {
 				if err := ctx.Err(); err != nil {
 					return runs, err
@@ -53,10 +63,14 @@ func runRounds(ctx context.Context, n int, order []string, attempt attemptFunc, 
 					break
 				}
 				if try == 2 && round == 1 {
-					return runs, errBroken{v, run.Reason}
+					dropped[v] = true
+					broken.variants, broken.reasons = append(broken.variants, v), append(broken.reasons, run.Reason)
 				}
 			}
 		}
+	}
+	if len(broken.variants) > 0 {
+		return runs, broken
 	}
 	return runs, nil
 }
@@ -112,6 +126,11 @@ func (p *progress) end(run results.Run, variant string, took time.Duration) {
 	switch {
 	case run.Failed && run.Attempt == 1:
 		fmt.Fprintf(p.w, "      %s FAILED (%s): %s; running it once more\n", variant, run.Dir, run.Reason)
+	case run.Failed && run.Round == 1:
+		fmt.Fprintf(p.w, "      %s FAILED again (%s): %s; it runs no further rounds\n", variant, run.Dir, run.Reason)
+		// What it would have run is not to come.
+		p.done += p.rounds - 1
+		p.finished[variant] = p.rounds
 	case run.Failed:
 		fmt.Fprintf(p.w, "      %s FAILED again (%s): %s; round %d has no value for it\n", variant, run.Dir, run.Reason, run.Round)
 	case run.BestPath != "":

@@ -57,16 +57,28 @@ func TestRoundsInterleaveAndRerunOnce(t *testing.T) {
 	}
 }
 
-func TestRoundsStopWhenTheFirstRoundFailsTwice(t *testing.T) {
+// A variant that fails both attempts of the first round runs no more
+// rounds; the others go on, and the whole reports it.
+func TestRoundsDropAVariantThatFailsTheFirstRoundTwice(t *testing.T) {
 	var calls []string
-	runs, err := runRounds(context.Background(), 5, []string{"a", "b", "c"},
+	runs, err := runRounds(context.Background(), 3, []string{"a", "b", "c"},
 		fakeRuns(map[string]map[int]int{"b": {1: 2}}, &calls), func(map[string][]results.Run) {})
 	var broken errBroken
-	if !errors.As(err, &broken) || broken.variant != "b" || !strings.Contains(err.Error(), "variant b failed twice in the first round (traffic did not finish") {
+	if !errors.As(err, &broken) || len(broken.variants) != 1 || broken.variants[0] != "b" ||
+		!strings.Contains(err.Error(), "variant b failed twice in the first round (traffic did not finish") {
 		t.Fatalf("err = %v", err)
 	}
-	if len(runs["a"]) != 1 || len(runs["b"]) != 2 || len(runs["c"]) != 0 {
+	want := "a/run-1 b/run-1 b/run-1b c/run-1 a/run-2 c/run-2 a/run-3 c/run-3"
+	if got := strings.Join(calls, " "); got != want {
+		t.Fatalf("order %s\nwant  %s", got, want)
+	}
+	if len(runs["a"]) != 3 || len(runs["b"]) != 2 || len(runs["c"]) != 3 {
 		t.Fatalf("runs kept: %v", runs)
+	}
+	// Failing twice in a later round is noise: the round has no value.
+	calls = nil
+	if _, err := runRounds(context.Background(), 3, []string{"a"}, fakeRuns(map[string]map[int]int{"a": {2: 2}}, &calls), func(map[string][]results.Run) {}); err != nil || len(calls) != 4 {
+		t.Fatalf("a later double failure: %v, runs %v", err, calls)
 	}
 }
 
