@@ -8,6 +8,8 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin/mpsteer
 OUT   ?= results
+# Rounds per experiment for `make reproduce` (each variant runs RUNS times).
+RUNS  ?= 5
 
 # Where `make install` puts things (the .deb uses PREFIX=/usr).
 PREFIX     ?= /usr/local
@@ -84,7 +86,7 @@ bench: deps build
 # another (hours), and one page over them: $(OUT)/reproduce/index.html.
 # `mpsteer lab reproduce --keep` resumes; --index-only redraws the page.
 reproduce: deps build
-	$(BIN) lab reproduce --out $(OUT)/reproduce
+	$(BIN) lab reproduce --runs $(RUNS) --out $(OUT)/reproduce
 
 # Manual pages, from the command tree (what --help says).
 man: $(BUILD_DEPS)

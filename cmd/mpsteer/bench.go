@@ -14,6 +14,7 @@ import (
 
 	"mpsteer/internal/bench"
 	"mpsteer/internal/lab/check"
+	"mpsteer/internal/provenance"
 )
 
 // benchmark is one part of `mpsteer bench`; it returns JSON-able results.
@@ -89,28 +90,40 @@ func benchCmd() *cobra.Command {
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
+			// Every file records where its figures came from: commit,
+			// command, kernel, host, start and end.
+			prov := provenance.Collect(versionInfo().Version, os.Args)
 			all := map[string]any{"started": time.Now().UTC().Format(time.RFC3339)}
-			var last any
+			var last []byte
 			for _, b := range benchmarks {
 				if len(args) > 0 && !slices.Contains(args, b.name) {
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "bench: %s — %s\n", b.name, b.about)
+				own := provenance.Collect(versionInfo().Version, os.Args)
 				res, err := b.run(ctx, out)
 				if err != nil {
 					return fmt.Errorf("%s: %w", b.name, err)
 				}
-				all[b.name], last = res, res
-				if err := writeJSONFile(filepath.Join(out, b.name+".json"), res); err != nil {
+				own.Finish()
+				data, err := provenance.Attach(res, own)
+				if err != nil {
+					return err
+				}
+				all[b.name], last = json.RawMessage(data), data
+				if err := os.WriteFile(filepath.Join(out, b.name+".json"), data, 0o644); err != nil {
 					return err
 				}
 			}
+			prov.Finish()
+			all["provenance"] = prov
 			file := filepath.Join(out, "bench.json")
 			if err := writeJSONFile(file, all); err != nil {
 				return err
 			}
 			if asJSON && len(args) == 1 {
-				return printJSON(last) // one benchmark: its own result, as documented
+				_, err := os.Stdout.Write(last) // one benchmark: its own result, as documented
+				return err
 			}
 			if asJSON {
 				return printJSON(all)

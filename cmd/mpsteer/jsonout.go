@@ -57,16 +57,18 @@ func labSetResult(target, link, op string, resp *world.Response) LabSetResult {
 	return r
 }
 
-// LabRunResult is `lab run --json`.
+// LabRunResult is `lab run --json`: where the files are, and each
+// variant's median run in brief (results.json has every run and figure).
 type LabRunResult struct {
 	Out      string           `json:"out"`
+	Results  string           `json:"results"`
 	Report   string           `json:"report"`
 	Plots    []string         `json:"plots"`
 	Variants []report.Compact `json:"variants"`
 }
 
 func labRunResult(res *runner.Result) LabRunResult {
-	r := LabRunResult{Out: res.Out, Report: res.Report, Plots: []string{fmt.Sprintf("%s/compare.png", res.Out)}}
+	r := LabRunResult{Out: res.Out, Results: fmt.Sprintf("%s/results.json", res.Out), Report: res.Report, Plots: []string{fmt.Sprintf("%s/compare.png", res.Out)}}
 	for _, s := range res.Summaries {
 		r.Variants = append(r.Variants, s.Compacted())
 		r.Plots = append(r.Plots, fmt.Sprintf("%s/%s/goodput.png", res.Out, s.Variant))

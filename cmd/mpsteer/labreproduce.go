@@ -19,16 +19,19 @@ func init() { extraLabCommands = append(extraLabCommands, labReproduceCmd) }
 func labReproduceCmd() *cobra.Command {
 	var papers, out, scenarios string
 	var indexOnly, keep, asJSON bool
+	var runs int
 	c := &cobra.Command{
 		Use:   "reproduce [SCENARIO...]",
 		Short: "Run every paper experiment (docs/papers.yaml) with lab run and write one report to browse, OUT/index.html: each figure, our number and the paper's side by side, and the command for each",
 		Long: `Runs each scenario the papers file lists (or only those named) with
-"mpsteer lab run scenarios/NAME.yaml --out OUT/NAME", one after another (all
-of them take hours), and writes OUT/index.html over the results after each
-run, so that the page shows what has run so far. --index-only writes the page
-from the runs already in OUT; --keep skips scenarios whose results are there.
-A run that fails is shown as failed and the others go on; the command then
-exits 1.`,
+"mpsteer lab run scenarios/NAME.yaml --runs N --out OUT/NAME", one after
+another (all of them take many hours), and writes OUT/index.html over the
+results after each run, so that the page shows what has run so far: per
+number the median over the runs, per comparison the median of the paired
+ratios, each with its 95% interval. --index-only writes the page from the
+runs already in OUT; --keep skips scenarios whose results are complete there
+with at least N rounds. A run that fails is shown as failed and the others
+go on; the command then exits 1.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := reproduce.Load(papers)
 			if err != nil {
@@ -55,24 +58,27 @@ exits 1.`,
 				sort.Strings(names)
 				return fmt.Errorf("%s: not in %s (it lists the paper experiments)", strings.Join(names, ", "), papers)
 			}
+			if runs < 1 {
+				return fmt.Errorf("--runs %d: at least 1", runs)
+			}
 			self, err := os.Executable()
 			if err != nil {
 				return err
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			o := reproduce.Options{Dir: out, ScenarioDir: scenarios, Failed: map[string]string{}}
+			o := reproduce.Options{Dir: out, ScenarioDir: scenarios, Runs: runs, Failed: map[string]string{}}
 			index := filepath.Join(out, "index.html")
 			for i, e := range todo {
 				if indexOnly || ctx.Err() != nil {
 					break
 				}
 				dir := filepath.Join(out, e.Scenario)
-				if _, err := os.Stat(filepath.Join(dir, "results.json")); err == nil && keep {
+				if keep && reproduce.Done(dir, runs) {
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "reproduce: %d/%d %s\n", i+1, len(todo), e.Scenario)
-				run := exec.CommandContext(ctx, self, "lab", "run", filepath.Join(scenarios, e.Scenario+".yaml"), "--out", dir)
+				run := exec.CommandContext(ctx, self, "lab", "run", filepath.Join(scenarios, e.Scenario+".yaml"), "--runs", fmt.Sprint(runs), "--out", dir)
 				run.Stdout, run.Stderr = os.Stderr, os.Stderr
 				// Interrupted: lab run takes its world down on SIGINT (a kill
 				// would leave its namespaces behind).
@@ -113,7 +119,8 @@ exits 1.`,
 	c.Flags().StringVar(&out, "out", "results/reproduce", "where the runs and index.html go")
 	c.Flags().StringVar(&scenarios, "scenarios", "scenarios", "where the scenario files are")
 	c.Flags().BoolVar(&indexOnly, "index-only", false, "run nothing: write index.html from the runs already in --out")
-	c.Flags().BoolVar(&keep, "keep", false, "skip scenarios whose results are already in --out (to resume)")
+	c.Flags().BoolVar(&keep, "keep", false, "skip scenarios whose results are already complete in --out with at least --runs rounds (to resume)")
+	c.Flags().IntVar(&runs, "runs", 5, "rounds per experiment (lab run --runs)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print {index, failed} as JSON")
 	return c
 }

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"mpsteer/internal/lab/report"
+	"mpsteer/internal/lab/results"
 )
 
 func init() { extraLabCommands = append(extraLabCommands, labTableCmd) }
@@ -18,7 +17,7 @@ func labTableCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "table DIR... [--json]",
-		Short: "Print one Markdown table of a value (default goodput_mbit) per scenario and variant from lab run outputs (--json: every variant's figures, compact)",
+		Short: "Print one Markdown table of a value (default goodput_mbit; the median over the runs) per scenario and variant from lab run outputs (--json: every variant's figures, compact)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rows, err := readRuns(args)
@@ -56,17 +55,30 @@ func labTableCmd() *cobra.Command {
 	return c
 }
 
-// readRuns loads the results.json of lab run output directories.
+// readRuns loads the results.json of lab run output directories: per
+// variant its median run's summary, with goodput and the metrics replaced
+// by their medians over all the runs that count (one run: its own).
 func readRuns(dirs []string) ([][]*report.Summary, error) {
 	var rows [][]*report.Summary
 	for _, dir := range dirs {
-		data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+		f, err := results.Read(dir)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w (is it a lab run output directory?)", dir, err)
+			if os.IsNotExist(err) {
+				return nil, fmt.Errorf("%s: %w (is it a lab run output directory?)", dir, err)
+			}
+			return nil, err
 		}
 		var sums []*report.Summary
-		if err := json.Unmarshal(data, &sums); err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
+		for _, rep := range f.Representative() {
+			s := *rep
+			s.GoodputMbit = f.Estimate(s.Variant, "goodput_mbit").Median
+			s.Metrics = map[string]float64{}
+			for k := range rep.Metrics {
+				if e := f.Estimate(s.Variant, k); e.N > 0 {
+					s.Metrics[k] = e.Median
+				}
+			}
+			sums = append(sums, &s)
 		}
 		rows = append(rows, sums)
 	}

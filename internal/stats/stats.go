@@ -1,6 +1,9 @@
 // Package stats holds the one quantile rule every mpsteer measurement uses
 // (medians, p90, p99 of latencies, flow completion times, costs), so that
-// two numbers called "p99" are always computed the same way.
+// two numbers called "p99" are always computed the same way, and the one
+// way figures over repeated runs are summed up (interval.go): the median
+// with a 95% bootstrap interval, paired ratios, and the verdict of an
+// interval against a target.
 package stats
 
 import (

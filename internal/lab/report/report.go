@@ -109,6 +109,11 @@ type Summary struct {
 	// TCP data segment that crossed the link in the sending direction
 	// (measured by the link emulator).
 	Recoveries map[string][]float64 `json:"link_up_to_first_data_ms,omitempty"`
+	// BestPath: a tcp variant with `path: best` measures TCP over each of
+	// its candidate paths in turn and keeps the best; this is the path it
+	// kept, and BestOf the primary metric over each candidate.
+	BestPath string             `json:"best_path,omitempty"`
+	BestOf   map[string]float64 `json:"best_of,omitempty"`
 }
 
 // PathMapper names the path of a socket from its client-side address.

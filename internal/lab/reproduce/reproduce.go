@@ -7,7 +7,6 @@
 package reproduce
 
 import (
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"math"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"mpsteer/internal/lab/report"
+	"mpsteer/internal/lab/results"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -141,70 +141,61 @@ func Parse(file string, data []byte) (*Papers, error) {
 }
 
 // Value is one of a summary's numbers by its metric name.
-func Value(s *report.Summary, metric string) (float64, bool) {
-	switch metric {
-	case "goodput_mbit":
-		return s.GoodputMbit, true
-	case "retransmits":
-		return float64(s.Retransmits), true
-	case "bytes":
-		return float64(s.Bytes), true
-	case "duration_s":
-		return s.DurationS, true
-	case "fct_median_ms", "fct_p99_ms":
-		if s.FCT == nil || s.FCT.Count == 0 {
-			return 0, false
-		}
-		if metric == "fct_median_ms" {
-			return s.FCT.Median, true
-		}
-		return s.FCT.P99, true
-	}
-	if path, ok := strings.CutPrefix(metric, "share:"); ok {
-		ps, ok := s.Paths[path]
-		return ps.Share, ok
-	}
-	v, ok := s.Metrics[metric]
-	return v, ok
-}
+func Value(s *report.Summary, metric string) (float64, bool) { return report.Value(s, metric) }
 
-// Ours is our number for a row from a run's summaries, formatted, and
-// the numbers it comes from; ok is false when the run lacks them.
-func (r Row) Ours(sums []*report.Summary) (ours, detail string, ok bool) {
-	find := func(variant string) (float64, bool) {
-		for _, s := range sums {
-			if s.Variant == variant {
-				return Value(s, r.Metric)
-			}
-		}
-		return 0, false
-	}
-	v, ok := find(r.Variant)
-	if !ok {
+// Ours is our number for a row from a run's results, formatted, and the
+// numbers it comes from; ok is false when the run lacks them. A value is
+// the variant's median over its runs; a ratio or change is the median of
+// the paired ratios (run r of the variant over run r of the baseline),
+// with its 95% interval when there are two runs or more.
+func (r Row) Ours(f *results.File) (ours, detail string, ok bool) {
+	v := f.Estimate(r.Variant, r.Metric)
+	if v.N == 0 {
 		return "", fmt.Sprintf("no %s for variant %s", r.Metric, r.Variant), false
 	}
 	if r.Baseline == "" {
-		return format(r.Metric, v), r.Variant, true
+		if v.N >= 2 {
+			return format(r.Metric, v.Median), fmt.Sprintf("%s, median of %d runs [%s, %s]", r.Variant, v.N, format(r.Metric, v.Low), format(r.Metric, v.High)), true
+		}
+		return format(r.Metric, v.Median), r.Variant, true
 	}
-	b, ok := find(r.Baseline)
-	if !ok {
+	b := f.Estimate(r.Baseline, r.Metric)
+	if b.N == 0 {
 		return "", fmt.Sprintf("no %s for variant %s", r.Metric, r.Baseline), false
 	}
-	detail = fmt.Sprintf("%s %s against %s %s", r.Variant, format(r.Metric, v), r.Baseline, format(r.Metric, b))
-	if b == 0 {
-		return "–", detail, true
+	detail = fmt.Sprintf("%s %s against %s %s", r.Variant, format(r.Metric, v.Median), r.Baseline, format(r.Metric, b.Median))
+	c := f.Paired(r.Variant, r.Baseline, r.Metric)
+	e := c.Ratio
+	if e.N == 0 {
+		return "–", detail + " (no round with both)", true
+	}
+	if e.N >= 2 {
+		detail += fmt.Sprintf(" (medians); paired ratio %.3f [%.3f, %.3f] over %d rounds", e.Median, e.Low, e.High, e.N)
 	}
 	switch r.As {
 	case "ratio":
-		return fmt.Sprintf("%.0f%%", 100*v/b), detail, true
-	case "change":
-		c := 100 * (v/b - 1)
-		if math.Abs(c) < 0.05 {
-			c = 0
+		out := fmt.Sprintf("%.0f%%", 100*e.Median)
+		if e.N >= 2 {
+			out += fmt.Sprintf(" [%.0f%%, %.0f%%]", 100*e.Low, 100*e.High)
 		}
-		return fmt.Sprintf("%+.1f%%", c), detail, true
+		return out, detail, true
+	case "change":
+		out := change(e.Median)
+		if e.N >= 2 {
+			out += " [" + change(e.Low) + ", " + change(e.High) + "]"
+		}
+		return out, detail, true
 	}
-	return format(r.Metric, v), detail, true
+	return format(r.Metric, v.Median), detail, true
+}
+
+// change is a ratio as a signed percentage change.
+func change(ratio float64) string {
+	c := 100 * (ratio - 1)
+	if math.Abs(c) < 0.05 {
+		c = 0
+	}
+	return fmt.Sprintf("%+.1f%%", c)
 }
 
 func format(metric string, v float64) string {
@@ -225,31 +216,33 @@ func format(metric string, v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-// Command is the command line that runs an experiment into dir.
-func Command(scenarioDir, scenario, dir string) string {
-	return fmt.Sprintf("mpsteer lab run %s --out %s", filepath.Join(scenarioDir, scenario+".yaml"), filepath.Join(dir, scenario))
+// Command is the command line that runs an experiment into dir, runs
+// rounds of it.
+func Command(scenarioDir, scenario, dir string, runs int) string {
+	return fmt.Sprintf("mpsteer lab run %s --runs %d --out %s", filepath.Join(scenarioDir, scenario+".yaml"), max(runs, 1), filepath.Join(dir, scenario))
 }
 
 // readRun loads a run's results.json; nil when the run is not there.
-func readRun(dir string) ([]*report.Summary, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+func readRun(dir string) (*results.File, error) {
+	f, err := results.Read(dir)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	var sums []*report.Summary
-	if err := json.Unmarshal(data, &sums); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "results.json"), err)
-	}
-	return sums, nil
+	return f, err
+}
+
+// Done says whether dir holds a finished run of at least runs rounds
+// (what --keep skips).
+func Done(dir string, runs int) bool {
+	f, err := readRun(dir)
+	return err == nil && f != nil && f.Complete && f.RunsRequested >= runs
 }
 
 // Options say where the index looks and what it shows.
 type Options struct {
 	Dir         string // the runs are Dir/<scenario>/; the page is Dir/index.html
 	ScenarioDir string // where the scenario files are, for the commands (default scenarios)
+	Runs        int    // rounds per experiment, for the commands (default 1)
 	// Failed are runs that failed, with why (shown instead of the results).
 	Failed map[string]string
 	Now    time.Time
@@ -265,14 +258,19 @@ type pageImage struct{ Src, Alt string }
 
 type pageExperiment struct {
 	Experiment
-	Title    string
-	Command  string
-	Ran      bool
-	Failed   string
-	Rows     []pageRow
-	Images   []pageImage
-	Variants []pageImage // per variant goodput plots
-	Report   string
+	Title   string
+	Command string
+	Ran     bool
+	Failed  string
+	// Of the run: rounds, failed runs, whether every round ran, and where
+	// it was measured.
+	Runs, FailedRuns     int
+	Incomplete           bool
+	Commit, Kernel, Date string
+	Rows                 []pageRow
+	Images               []pageImage
+	Variants             []pageImage // per variant goodput plots
+	Report               string
 }
 
 type page struct {
@@ -293,19 +291,25 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 	pg := page{Generated: o.Now.UTC().Format("2006-01-02 15:04 UTC"), PapersFile: p.File, Total: len(p.Experiments)}
 	for _, e := range p.Experiments {
 		dir := filepath.Join(o.Dir, e.Scenario)
-		pe := pageExperiment{Experiment: e, Title: p.Titles[e.Paper], Command: Command(o.ScenarioDir, e.Scenario, o.Dir), Failed: o.Failed[e.Scenario]}
-		sums, err := readRun(dir)
+		pe := pageExperiment{Experiment: e, Title: p.Titles[e.Paper], Command: Command(o.ScenarioDir, e.Scenario, o.Dir, o.Runs), Failed: o.Failed[e.Scenario]}
+		f, err := readRun(dir)
 		if err != nil {
 			pe.Failed = err.Error()
 		}
-		pe.Ran = sums != nil
+		pe.Ran = f != nil
+		var sums []*report.Summary
+		if f != nil {
+			sums = f.Representative()
+			pe.Runs, pe.FailedRuns, pe.Incomplete = f.RunsRequested, f.FailedRuns, !f.Complete
+			pe.Commit, pe.Kernel, pe.Date = f.Provenance.Commit, f.Provenance.Kernel, f.Provenance.Date
+		}
 		if pe.Ran {
 			pg.Ran++
 		}
 		for _, r := range e.Rows {
 			pr := pageRow{Row: r}
 			if pe.Ran {
-				pr.Ours, pr.Detail, pr.Have = r.Ours(sums)
+				pr.Ours, pr.Detail, pr.Have = r.Ours(f)
 			}
 			pe.Rows = append(pe.Rows, pr)
 		}
@@ -365,8 +369,9 @@ nav li { margin: 0.1em 0; }
 <body>
 <h1>The papers' experiments, reproduced</h1>
 <p>{{.Ran}} of {{.Total}} experiments have results here; generated {{.Generated}} by <code>mpsteer lab reproduce</code>
-from the list in <code>{{.PapersFile}}</code>. Every number under "ours" is measured (the run's <code>results.json</code>);
-the papers' numbers are the papers' own. Each experiment says the command that runs it alone.</p>
+from the list in <code>{{.PapersFile}}</code>. Every number under "ours" is measured (the run's <code>results.json</code>):
+a value is the median over the runs, a ratio or change the median of the paired ratios (round by round), with its
+95% interval in brackets; the papers' numbers are the papers' own. Each experiment says the command that runs it alone.</p>
 <nav><ul>
 {{range .Experiments}}<li><a href="#{{.Scenario}}">{{.Scenario}}</a> — {{.Figure}}{{if not .Ran}} <span class="missing">(not run)</span>{{end}}</li>
 {{end}}</ul></nav>
@@ -375,6 +380,7 @@ the papers' numbers are the papers' own. Each experiment says the command that r
 <h2>{{.Scenario}}</h2>
 <p><em>{{.Title}}</em>, {{.Figure}}.</p>
 <p><code>{{.Command}}</code></p>
+{{if .Ran}}<p>{{.Runs}} round(s){{if .FailedRuns}}, {{.FailedRuns}} failed run(s) run again{{end}}{{if .Incomplete}} <span class="missing">(incomplete: not every round ran)</span>{{end}}{{if .Commit}}; commit {{.Commit}}, kernel {{.Kernel}}, {{.Date}}{{end}}.</p>{{end}}
 {{if .Failed}}<p class="missing">The run failed: {{.Failed}}</p>{{end}}
 <table>
 <tr><th>what</th><th>paper</th><th>ours</th><th>from</th></tr>

@@ -1,13 +1,16 @@
 package reproduce_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"mpsteer/internal/lab/report"
 	"mpsteer/internal/lab/reproduce"
+	"mpsteer/internal/lab/results"
 	"mpsteer/internal/lab/scenario"
 )
 
@@ -124,7 +127,7 @@ experiments:
 	html := string(mustRead(t, out))
 	for _, want := range []string{
 		"2 of 4 experiments have results here",
-		`<code>mpsteer lab run scenarios/asym-2-bandwidth.yaml --out ` + filepath.Join(dir, "asym-2-bandwidth") + `</code>`,
+		`<code>mpsteer lab run scenarios/asym-2-bandwidth.yaml --runs 1 --out ` + filepath.Join(dir, "asym-2-bandwidth") + `</code>`,
 		// 210.6 / 383.8 = 55%; 358.4 against 210.6 = +70.2%
 		`<td class="num">below TCP</td><td class="num"><strong>55%</strong></td><td>mptcp 210.6 Mbit/s against tcp 383.8 Mbit/s</td>`,
 		`<strong>&#43;70.2%</strong>`,
@@ -147,5 +150,51 @@ experiments:
 	}
 	if t.Failed() {
 		t.Logf("index.html:\n%s", html)
+	}
+}
+
+// Over repeated runs: a value is the median, a change the median of the
+// paired ratios, each with its interval; --keep counts a run as done only
+// when it is complete with enough rounds.
+func TestOursOverRepeatedRuns(t *testing.T) {
+	run := func(round int, variant string, g float64) results.Run {
+		return results.Run{Round: round, Attempt: 1, Dir: fmt.Sprintf("%s/run-%d", variant, round), GoodputMbit: &g,
+			Summary: &report.Summary{Scenario: "x", Variant: variant, GoodputMbit: g}}
+	}
+	in := results.Input{Scenario: "x", RunsRequested: 3, Complete: true, Order: []string{"mptcp", "mptcp+ecf"},
+		Runs: map[string][]results.Run{
+			"mptcp":     {run(1, "mptcp", 40), run(2, "mptcp", 50), run(3, "mptcp", 44)},
+			"mptcp+ecf": {run(1, "mptcp+ecf", 44), run(2, "mptcp+ecf", 60), run(3, "mptcp+ecf", 44)},
+		}}
+	f := results.Build(in)
+	value := reproduce.Row{Metric: "goodput_mbit", Variant: "mptcp+ecf", As: "value"}
+	ours, detail, ok := value.Ours(f)
+	if !ok || ours != "44.0 Mbit/s" || detail != "mptcp+ecf, median of 3 runs [44.0 Mbit/s, 60.0 Mbit/s]" {
+		t.Errorf("value: %q, %q, %v", ours, detail, ok)
+	}
+	// Paired ratios 1.1, 1.2, 1.0: the median is 1.1 (not the ratio of
+	// the medians, 44/44).
+	change := reproduce.Row{Metric: "goodput_mbit", Variant: "mptcp+ecf", Baseline: "mptcp", As: "change"}
+	ours, detail, ok = change.Ours(f)
+	if !ok || ours != "+10.0% [+0.0%, +20.0%]" || !strings.Contains(detail, "paired ratio 1.100 [1.000, 1.200] over 3 rounds") {
+		t.Errorf("change: %q, %q, %v", ours, detail, ok)
+	}
+	dir := t.TempDir()
+	write := func(f *results.File) {
+		if err := report.WriteJSON(filepath.Join(dir, "results.json"), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(f)
+	if !reproduce.Done(dir, 3) || reproduce.Done(dir, 5) {
+		t.Error("Done: complete with 3 rounds is done for 3, not for 5")
+	}
+	in.Complete = false
+	write(results.Build(in))
+	if reproduce.Done(dir, 1) {
+		t.Error("Done: an incomplete run is done")
+	}
+	if reproduce.Done(t.TempDir(), 1) {
+		t.Error("Done: no run at all is done")
 	}
 }

@@ -31,14 +31,26 @@ func (r *variantRun) startDaemons(ctx context.Context) (func() map[string]any, e
 	type running struct {
 		cmd    *exec.Cmd
 		socket string
+		log    string
 		done   chan error
 	}
 	procs := map[string]*running{}
+	// Stopping also tells whether each daemon lasted the run: one that
+	// exited by itself, or stopped answering, fails the run.
 	stop := func() map[string]any {
 		out := map[string]any{}
 		for host, p := range procs {
+			select {
+			case err := <-p.done:
+				p.done <- err
+				r.fail(fmt.Sprintf("daemon in %s exited during the run (%v)%s", host, err, lastLogLine(p.log)))
+				continue
+			default:
+			}
 			if st, err := api.NewClient(p.socket).Status(); err == nil {
 				out[host] = st
+			} else {
+				r.fail(fmt.Sprintf("daemon in %s did not answer at the end of the run: %v", host, err))
 			}
 			p.cmd.Process.Signal(syscall.SIGTERM)
 			select {
@@ -79,7 +91,7 @@ func (r *variantRun) startDaemons(ctx context.Context) (func() map[string]any, e
 			stop()
 			return nil, fmt.Errorf("start daemon in %s: %w", host, err)
 		}
-		p := &running{cmd: cmd, socket: socket, done: make(chan error, 1)}
+		p := &running{cmd: cmd, socket: socket, log: logf.Name(), done: make(chan error, 1)}
 		go func() { p.done <- cmd.Wait(); logf.Close() }()
 		procs[host] = p
 		if err := waitReady(ctx, p.socket, p.done); err != nil {
@@ -107,4 +119,18 @@ func waitReady(ctx context.Context, socket string, done chan error) error {
 		}
 	}
 	return fmt.Errorf("did not answer on %s within 15s", socket)
+}
+
+// lastLogLine is ": " and the last line of a log, to say why a process
+// ended ("" when there is none).
+func lastLogLine(file string) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		return ": " + last
+	}
+	return ""
 }

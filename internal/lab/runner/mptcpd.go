@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,14 +62,25 @@ func (r *variantRun) startMptcpd(ctx context.Context) (func(), error) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait(); logf.Close() }()
+	var once sync.Once
+	// Stopping also tells whether mptcpd lasted the run: if it exited by
+	// itself, the run fails.
 	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
+		once.Do(func() {
+			select {
+			case err := <-done:
+				r.fail(fmt.Sprintf("mptcpd exited during the run (%v)%s", err, lastLogLine(logFile)))
+				return
+			default:
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+		})
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -2,11 +2,14 @@ package runner
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"mpsteer/internal/lab/recorder"
 	"mpsteer/internal/lab/report"
+	"mpsteer/internal/lab/world"
 	"mpsteer/internal/observe"
+	"mpsteer/internal/stats"
 )
 
 // Return to a path after an outage, beyond the first data segment: which
@@ -60,4 +63,53 @@ func shareAfter(samples []recorder.Sample, pmap report.PathMapper, upload bool, 
 		return 0, false
 	}
 	return on / all, true
+}
+
+// recoveries turns the emulator's link-up records into times from link-up
+// to the first data segment, per path, in the sending direction.
+func (r *variantRun) recoveries(sum *report.Summary, links map[string]world.LinkState, samples []recorder.Sample) {
+	pmap := r.pathMapper()
+	for _, p := range r.w.Paths {
+		st, ok := links[p.Link]
+		if !ok {
+			continue
+		}
+		dir := st.Up
+		if !r.upload {
+			dir = st.Down
+		}
+		var list, shares []float64
+		for _, u := range dir.Ups {
+			if u.FirstDataAt > 0 {
+				list = append(list, float64(u.FirstDataAt-u.UpAt)/1e6)
+			}
+			// The path's share of the traffic in the second from 200 ms
+			// after the link-up (times into the transfer).
+			at := u.UpAt - dir.Origin
+			if share, ok := shareAfter(samples, pmap, r.upload, p.Name, at+shareAfterUp, at+shareAfterUp+shareWindow); ok && dir.Origin > 0 {
+				shares = append(shares, share)
+			}
+		}
+		if len(shares) > 0 {
+			sum.Metrics[p.Name+"_share_from_200ms_after_up_mean"] = mean(shares)
+			sum.Metrics[p.Name+"_share_from_200ms_after_up_min"] = slices.Min(shares)
+		}
+		if len(list) == 0 {
+			continue
+		}
+		if sum.Recoveries == nil {
+			sum.Recoveries = map[string][]float64{}
+		}
+		sum.Recoveries[p.Name] = list
+		sum.Metrics[p.Name+"_link_up_to_first_data_ms_mean"] = mean(list)
+		sum.Metrics[p.Name+"_link_up_to_first_data_ms_median"] = stats.Float64s(list, 0.5)[0]
+	}
+}
+
+func mean(xs []float64) float64 {
+	m := 0.0
+	for _, v := range xs {
+		m += v
+	}
+	return m / float64(len(xs))
 }

@@ -54,6 +54,9 @@ type Scenario struct {
 	Traffic  []Traffic
 	Events   []Event
 	Variants []*Variant
+	// Primary and Compare: what results compare (compare.go).
+	Primary Primary
+	Compare []string
 }
 
 // Host holds per-host settings.
@@ -254,6 +257,9 @@ type Variant struct {
 	// Mptcpd names the mptcpd plugin to run in the client ("" = none);
 	// it implies PathManager["client"] == PMUserspace.
 	Mptcpd string
+	// BestOf: a tcp variant with path: best runs over each of these paths
+	// in turn and keeps the best (tcpbest.go); Paths is then the first.
+	BestOf []string
 	Line   int
 }
 
@@ -358,7 +364,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		}
 	}
 	ec := &eventContext{paths: seen, plain: map[string]bool{}, core: s.Core, coreFailed: m.Failed("core") || (s.Core != nil && s.Core.bad), dir: dir,
-		daemonHosts: []string{"client", "server"}}
+		daemonHosts: []string{"client", "server"}, s: s}
 	if s.Tenants != nil {
 		// Events name the physical links as they name core links.
 		ec.core, ec.tenants = &Core{Links: s.Tenants.Links}, s.Tenants
@@ -417,6 +423,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		fillVariantPaths(v, s)
 		fillVariantDefaults(v, s)
 	}
+	parseComparisons(m, s)
 	m.Done()
 	if err := m.Err(); err != nil {
 		return nil, err
@@ -832,6 +839,8 @@ type eventContext struct {
 	// variant's daemon: may name.
 	tenants     *Tenants
 	daemonHosts []string
+	// s is the scenario as parsed so far (paths, core, traffic, events).
+	s *Scenario
 }
 
 // parseEvents reads the events under key. An event at or after the time
@@ -950,7 +959,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 		vm.Errorf("name", "%q is not a valid variant name (letters, digits, '+', '.', '_', '-'; it names a directory)", v.Name)
 	}
 	def := string(KindMPTCP)
-	if v.Name == "tcp" {
+	if v.Name == "tcp" || v.Name == TCPBest {
 		def = string(KindTCP)
 	}
 	v.Kind = VariantKind(vm.Enum("kind", def, string(KindTCP), string(KindMPTCP)))
@@ -962,7 +971,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 		}
 	}
 	if p := vm.String("path", ""); p != "" {
-		if !paths[p] {
+		if !paths[p] && !(p == BestPath && v.Kind == KindTCP) {
 			vm.Errorf("path", "%q is not a path of this scenario", p)
 		}
 		v.Paths = []string{p}
@@ -1005,6 +1014,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 	}
 	v.Events = parseEvents(vm, "events", ec)
 	parseVariantPM(vm, v, ec)
+	parseTCPBest(vm, v, ec)
 	vm.Done()
 	return v
 }
@@ -1017,8 +1027,9 @@ func parseVariantPM(vm *yamlcfg.Map, v *Variant, ec *eventContext) {
 		v.Spread = Spread(vm.Enum("spread", "", string(SpreadECMP), string(SpreadPinned)))
 		switch {
 		case vm.Failed("spread"):
+		case ec.tenants != nil && v.Spread != SpreadECMP:
+			vm.Errorf("spread", "spread says how a core's routers spread flows; in a tenants world the hypervisors route: spread: ecmp gives each a default route over every link (L4 hash), and pinning each subflow to a link is the daemon's spread policy (daemon: {%s: {policies: [{name: spread, ...}]}})", ec.tenants.Hypervisors[0])
 		case ec.tenants != nil:
-			vm.Errorf("spread", "spread says how a core's routers spread flows; in a tenants world the hypervisors route, and spreading is the daemon's spread policy (daemon: {%s: {policies: [{name: spread, ...}]}})", ec.tenants.Hypervisors[0])
 		case ec.core == nil:
 			if !ec.coreFailed {
 				vm.Errorf("spread", "spread says how the core's routers spread flows over its links, but the scenario has no core")

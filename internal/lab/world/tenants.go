@@ -21,7 +21,9 @@ import (
 // the j-th VM has 10.h.j.1/24 and its device in the hypervisor (named
 // after the VM) 10.h.j.254/24. Each hypervisor has one default route, over
 // the first link to the other one, as a hypervisor with one upstream
-// does: without an operator's policy all VM traffic takes that link.
+// does: without an operator's policy all VM traffic takes that link
+// (with a variant's spread: ecmp, one default route over every link,
+// hashed by 5-tuple).
 
 // VMDev is a VM's one NIC.
 const VMDev = "eth0"
@@ -145,9 +147,13 @@ func newTenantsPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Pl
 	if v.Kind == scenario.KindMPTCP && t.Subflows > 1 && pmOf(t.Server) != scenario.PMKernel {
 		return nil, fmt.Errorf("variant %s: subflows: %d is made by the server VM's kernel path manager (it announces its address on more ports), but the variant gives it the userspace path manager", v.Name, t.Subflows)
 	}
+	ecmp := v.Spread == scenario.SpreadECMP && len(t.Links) > 1
 	for hi, hv := range t.Hypervisors {
 		hp := hostPlan(name, hv, nil, "")
 		hp.Sysctls["net.ipv4.ip_forward"] = "1"
+		if ecmp {
+			hp.Sysctls["net.ipv4.fib_multipath_hash_policy"] = "1" // L4 hash
+		}
 		p.Hosts = append(p.Hosts, hp)
 		if t.Attach == scenario.AttachBridge {
 			p.Bridges = append(p.Bridges, BridgePlan{Host: hv, Name: scenario.BridgeName, Addr: pfx(10, byte(hi+1), 0, 254, 24)})
@@ -163,9 +169,23 @@ func newTenantsPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Pl
 		ti.Links = append(ti.Links, TenantLink{Name: l.Name, A: a.Addr(), B: b.Addr()})
 	}
 	first := ti.Links[0]
-	p.Routes = append(p.Routes,
-		Route{Host: t.Hypervisors[0], Dst: zero, Devs: []string{first.Name}, Via: first.B},
-		Route{Host: t.Hypervisors[1], Dst: zero, Devs: []string{first.Name}, Via: first.A})
+	if ecmp {
+		// spread: ecmp, what a hypervisor with several uplinks and no
+		// operator's policy would do: one default route over every link,
+		// each flow (5-tuple) hashed onto one, collisions included.
+		var devs []string
+		for _, l := range ti.Links {
+			devs = append(devs, l.Name)
+		}
+		p.Spread = scenario.SpreadECMP
+		p.Routes = append(p.Routes,
+			Route{Host: t.Hypervisors[0], Dst: zero, Devs: devs},
+			Route{Host: t.Hypervisors[1], Dst: zero, Devs: devs})
+	} else {
+		p.Routes = append(p.Routes,
+			Route{Host: t.Hypervisors[0], Dst: zero, Devs: []string{first.Name}, Via: first.B},
+			Route{Host: t.Hypervisors[1], Dst: zero, Devs: []string{first.Name}, Via: first.A})
+	}
 	count := map[string]int{}
 	for _, vm := range t.VMs {
 		h := byte(1)

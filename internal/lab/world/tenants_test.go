@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,5 +130,58 @@ func TestTenantsWorld(t *testing.T) {
 				t.Errorf("hv1→hv2: phy1 %d B, phy2 %d B; want everything on the default route (phy1)", up1, up2)
 			}
 		})
+	}
+}
+
+// spread: ecmp in a tenants world: each hypervisor has one default route
+// over every link, flows hashed by 5-tuple; many connections of one VM
+// pair use both links.
+func TestTenantsECMP(t *testing.T) {
+	src := strings.Replace(tenants("bridge"), "  - tcp\n", "  - tcp\n  - {name: ecmp, spread: ecmp}\n", 1)
+	s := parse(t, src)
+	p, err := world.NewPlan("plan", s, s.Variant("ecmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defaults []string
+	for _, r := range p.Routes {
+		if r.Dst.Bits() == 0 && strings.HasPrefix(r.Host, "hv") {
+			defaults = append(defaults, r.Host+" dev "+strings.Join(r.Devs, ","))
+		}
+	}
+	if got := strings.Join(defaults, "; "); got != "hv1 dev phy1,phy2; hv2 dev phy1,phy2" || p.Spread != scenario.SpreadECMP ||
+		p.Host("hv1").Sysctls["net.ipv4.fib_multipath_hash_policy"] != "1" {
+		t.Fatalf("ECMP plan: default routes %s, spread %q, sysctls %v", got, p.Spread, p.Host("hv1").Sysctls)
+	}
+	if plain, _ := world.NewPlan("plan", s, s.Variant("mptcp")); plain.Spread != "" || plain.Host("hv1").Sysctls["net.ipv4.fib_multipath_hash_policy"] != "" {
+		t.Fatalf("without spread: %q %v", plain.Spread, plain.Host("hv1").Sysctls)
+	}
+
+	testutil.RequireLab(t)
+	w := up(t, s, "ecmp", labName(t, "tecmp"))
+	vm1, vm2 := w.Tenants.VM("vm1"), w.Tenants.VM("vm2")
+	sink(t, vm2.NetNS, netip.AddrPortFrom(vm2.Addr, 5300))
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- send(vm1.NetNS, vm1.Addr, netip.AddrPortFrom(vm2.Addr, 5300), 64<<10)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 16 flows on 2 links: all on one has probability 2^-15.
+	links := stats(t, w)
+	up1, up2 := links["phy1"].Up.Stats.Bytes, links["phy2"].Up.Stats.Bytes
+	t.Logf("hv1→hv2: phy1 %d B, phy2 %d B", up1, up2)
+	if up1 < 64<<10 || up2 < 64<<10 {
+		t.Errorf("hv1→hv2: phy1 %d B, phy2 %d B; want both links used", up1, up2)
 	}
 }
