@@ -23,7 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"mpsteer/internal/api"
-	"mpsteer/internal/daemon"
+	"mpsteer/internal/config"
 	"mpsteer/internal/policy"
 	"mpsteer/internal/testutil"
 )
@@ -114,7 +114,7 @@ func TestKubernetesConfigAndCapabilities(t *testing.T) {
 	if err := yaml.Unmarshal(b, &cm); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := daemon.ParseConfig("configmap.yaml", []byte(cm.Data["mpsteer.yaml"]), policy.Env{}); err != nil {
+	if _, err := config.Parse("configmap.yaml", []byte(cm.Data["mpsteer.yaml"]), policy.Env{}); err != nil {
 		t.Fatalf("the ConfigMap's config: %v", err)
 	}
 	ds, _ := os.ReadFile("kubernetes/daemonset.yaml")

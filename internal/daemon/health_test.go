@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"mpsteer/internal/lab/labtest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -69,7 +70,7 @@ func subflowsOf(st *api.Status) []api.SubflowStatus {
 // the reports (paths named by address ids that match its subflows'), sees
 // path b go bad when its last hop starts losing, and sets it aside.
 func TestHealthReportsEndToEnd(t *testing.T) {
-	w := testutil.LabWorld(t, healthPaths, "mptcp")
+	w := labtest.World(t, healthPaths, "mptcp")
 	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: lab}\n")
 	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
 	bAddr := w.Path("b").Client.Addr.String()
@@ -143,7 +144,7 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 // A peer without the program sends no option: the transfer is as usual
 // and the policy has no opinion.
 func TestHealthWithoutReceiverProgram(t *testing.T) {
-	w := testutil.LabWorld(t, healthPaths, "mptcp")
+	w := labtest.World(t, healthPaths, "mptcp")
 	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
 	got := make(chan *api.Status, 1)
 	go func() { time.Sleep(2500 * time.Millisecond); st, _ := cli.Client.Status(); got <- st }()
@@ -164,7 +165,7 @@ func TestHealthWithoutReceiverProgram(t *testing.T) {
 // A middlebox strips the option on the way: the receiver writes it, the
 // sender never sees it, and the transfer goes on.
 func TestHealthOptionStripped(t *testing.T) {
-	w := testutil.LabWorld(t, healthPaths, "mptcp")
+	w := labtest.World(t, healthPaths, "mptcp")
 	testutil.RequireRoot(t, "BPF")
 	strip, err := sockops.NewStripper(true) // TUN devices: no Ethernet header
 	if err != nil {

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"mpsteer/internal/lab/labtest"
 	"net/netip"
 	"strings"
 	"syscall"
@@ -31,7 +32,7 @@ paths:
 func TestLimitCapsASubflow(t *testing.T) {
 	for _, via := range []string{"pacing", "rwnd", "cc"} {
 		t.Run(via, func(t *testing.T) {
-			w := testutil.LabWorld(t, ratePaths, "mptcp")
+			w := labtest.World(t, ratePaths, "mptcp")
 			d := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, fmt.Sprintf("rate_via: %s\npolicies: [{name: limit, rates: {b: 10mbit}}]\n", via))
 			b := w.Path("b").Client.Addr
 			u := startUpload(t, w, 8*time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"mpsteer/internal/lab/labtest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -141,7 +142,7 @@ func spreadUplinks(t *testing.T, d *testutil.Daemon) []spread.UplinkStats {
 // hypervisors, each leaves by its own uplink, and the replies (ACKs) come
 // back on the link their subflow went out on.
 func TestSpreadSendsEachSubflowOutOfItsOwnUplink(t *testing.T) {
-	w := testutil.LabWorld(t, tenantsWorld, "mptcp")
+	w := labtest.World(t, tenantsWorld, "mptcp")
 	n, up, _ := vmUpload(t, w, 1500*time.Millisecond)
 	t.Logf("without spread: %d subflows, hv1→hv2 bytes %v", n, up)
 	if n != 2 {
@@ -212,7 +213,7 @@ func fwmarkRules(t *testing.T, ns string) []string {
 // rules left behind match marks nobody sets) and the next daemon replaces
 // what it left; a clean exit removes everything.
 func TestSpreadAllOrNothingFailOpenAndCleanExit(t *testing.T) {
-	w := testutil.LabWorld(t, tenantsWorld, "mptcp")
+	w := labtest.World(t, tenantsWorld, "mptcp")
 	hv1 := w.Host("hv1").NetNS
 
 	// The second uplink's gateway is not on its link: the route fails

@@ -3,6 +3,7 @@ package datapath_test
 import (
 	"context"
 	"fmt"
+	"mpsteer/internal/lab/labtest"
 	"net/http"
 	"net/netip"
 	"os/exec"
@@ -20,7 +21,7 @@ import (
 
 // labWorld builds a two-path lab world for one variant.
 func labWorld(t *testing.T, src, variant string) *world.World {
-	return testutil.LabWorld(t, src, variant)
+	return labtest.World(t, src, variant)
 }
 
 // sampler reads the subflows of a namespace.

@@ -1,4 +1,8 @@
-package testutil
+// Package labtest builds lab worlds for tests: a scenario's variant given
+// as YAML text, with the real emulator, removed when the test ends. (Apart
+// from internal/testutil, whose helpers the datapath's own tests use: the
+// lab's scenarios check daemon configs, which import the datapath.)
+package labtest
 
 import (
 	"context"
@@ -11,15 +15,16 @@ import (
 
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/world"
+	"mpsteer/internal/testutil"
 )
 
 var labSeq atomic.Int32
 
-// LabWorld builds the world of one variant of a scenario given as YAML
+// World builds the world of one variant of a scenario given as YAML
 // text, with the real emulator, and removes it when the test ends.
-func LabWorld(t testing.TB, src, variant string) *world.World {
+func World(t testing.TB, src, variant string) *world.World {
 	t.Helper()
-	RequireLab(t)
+	testutil.RequireLab(t)
 	s, err := scenario.Parse(filepath.Join(t.TempDir(), "s.yaml"), []byte(src))
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +34,7 @@ func LabWorld(t testing.TB, src, variant string) *world.World {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := world.Up(context.Background(), plan, world.Options{Binary: Binary(t)})
+	w, err := world.Up(context.Background(), plan, world.Options{Binary: testutil.Binary(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
