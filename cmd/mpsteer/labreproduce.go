@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ func init() { extraLabCommands = append(extraLabCommands, labReproduceCmd) }
 func labReproduceCmd() *cobra.Command {
 	var papers, out, scenarios string
 	var indexOnly, keep, asJSON bool
+	var runs int
 	c := &cobra.Command{
 		Use:   "reproduce [SCENARIO...]",
 		Short: "Run every paper experiment (docs/papers.yaml) with lab run and write one report to browse, OUT/index.html: each figure, our number and the paper's side by side, and the command for each",
@@ -61,7 +63,7 @@ exits 1.`,
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			o := reproduce.Options{Dir: out, ScenarioDir: scenarios, Failed: map[string]string{}}
+			o := reproduce.Options{Dir: out, ScenarioDir: scenarios, Runs: runs, Failed: map[string]string{}}
 			index := filepath.Join(out, "index.html")
 			for i, e := range todo {
 				if indexOnly || ctx.Err() != nil {
@@ -72,7 +74,11 @@ exits 1.`,
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "reproduce: %d/%d %s\n", i+1, len(todo), e.Scenario)
-				run := exec.CommandContext(ctx, self, "lab", "run", filepath.Join(scenarios, e.Scenario+".yaml"), "--out", dir)
+				args := []string{"lab", "run", filepath.Join(scenarios, e.Scenario+".yaml"), "--out", dir}
+				if runs > 1 {
+					args = append(args, "--runs", strconv.Itoa(runs))
+				}
+				run := exec.CommandContext(ctx, self, args...)
 				run.Stdout, run.Stderr = os.Stderr, os.Stderr
 				// Interrupted: lab run takes its world down on SIGINT (a kill
 				// would leave its namespaces behind).
@@ -115,5 +121,6 @@ exits 1.`,
 	c.Flags().BoolVar(&indexOnly, "index-only", false, "run nothing: write index.html from the runs already in --out")
 	c.Flags().BoolVar(&keep, "keep", false, "skip scenarios whose results are already in --out (to resume)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print {index, failed} as JSON")
+	c.Flags().IntVar(&runs, "runs", 1, "paired runs of each scenario (lab run --runs): the page shows their medians with 95% intervals")
 	return c
 }

@@ -238,9 +238,14 @@ func failedNote(res *labdata.Results, variant string) string {
 	return ""
 }
 
-// Command is the command line that runs an experiment into dir.
-func Command(scenarioDir, scenario, dir string) string {
-	return fmt.Sprintf("mpsteer lab run %s --out %s", filepath.Join(scenarioDir, scenario+".yaml"), filepath.Join(dir, scenario))
+// Command is the command line that runs an experiment into dir, runs
+// times (paired runs; 0 or 1: once).
+func Command(scenarioDir, scenario, dir string, runs int) string {
+	c := fmt.Sprintf("mpsteer lab run %s --out %s", filepath.Join(scenarioDir, scenario+".yaml"), filepath.Join(dir, scenario))
+	if runs > 1 {
+		c += fmt.Sprintf(" --runs %d", runs)
+	}
+	return c
 }
 
 // readRun loads a run's results.json; nil when the run is not there.
@@ -256,6 +261,7 @@ func readRun(dir string) (*labdata.Results, error) {
 type Options struct {
 	Dir         string // the runs are Dir/<scenario>/; the page is Dir/index.html
 	ScenarioDir string // where the scenario files are, for the commands (default scenarios)
+	Runs        int    // paired runs per scenario, for the commands
 	// Failed are runs that failed, with why (shown instead of the results).
 	Failed map[string]string
 	Now    time.Time
@@ -301,7 +307,7 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 	pg := page{Generated: o.Now.UTC().Format("2006-01-02 15:04 UTC"), PapersFile: p.File, Total: len(p.Experiments)}
 	for _, e := range p.Experiments {
 		dir := filepath.Join(o.Dir, e.Scenario)
-		pe := pageExperiment{Experiment: e, Title: p.Titles[e.Paper], Command: Command(o.ScenarioDir, e.Scenario, o.Dir), Failed: o.Failed[e.Scenario]}
+		pe := pageExperiment{Experiment: e, Title: p.Titles[e.Paper], Command: Command(o.ScenarioDir, e.Scenario, o.Dir, o.Runs), Failed: o.Failed[e.Scenario]}
 		res, err := readRun(dir)
 		if err != nil {
 			pe.Failed = err.Error()
