@@ -96,7 +96,7 @@ func (s Site) Render() (*Result, error) {
 			}
 			bodies[i] = body
 			if old := m.Body(doc); old != body {
-				res.Differ = append(res.Differ, fmt.Sprintf("%s:%d: %s reads %s; the data give %s", file, m.Line, m.Name(), excerpt(old), excerpt(body)))
+				res.Differ = append(res.Differ, differ(file, m, old, body)...)
 			}
 		}
 		res.Docs[file] = Replace(doc, ms, bodies)
@@ -122,13 +122,23 @@ func (s Site) Render() (*Result, error) {
 	return res, nil
 }
 
-// excerpt quotes a figure's text for a message, a table's first lines only.
-func excerpt(s string) string {
-	lines := strings.Split(strings.Trim(s, "\n"), "\n")
-	if len(lines) > 4 {
-		lines = append(lines[:4], "…")
+// differ names a figure whose text is not what the data give: an inline
+// figure whole, a table by each line that differs (its line in the
+// document), or whole when its shape changed.
+func differ(file string, m Marker, old, body string) []string {
+	if m.Kind == KindTable {
+		ol, nl := strings.Split(old, "\n"), strings.Split(body, "\n")
+		if len(ol) == len(nl) {
+			var out []string
+			for i := range ol {
+				if ol[i] != nl[i] {
+					out = append(out, fmt.Sprintf("%s:%d: %s reads %q; the data give %q", file, m.Line+i, m.Name(), ol[i], nl[i]))
+				}
+			}
+			return out
+		}
 	}
-	return fmt.Sprintf("%q", strings.Join(lines, "\n"))
+	return []string{fmt.Sprintf("%s:%d: %s reads %q; the data give %q", file, m.Line, m.Name(), old, body)}
 }
 
 func (st *site) renderMarker(m Marker, docDir string, usedTables map[string]bool) (string, error) {
