@@ -29,7 +29,7 @@ VERSION  ?= $(shell cat VERSION)$(shell git rev-parse --short HEAD 2>/dev/null |
 DEB_ARCH ?= $(shell $(GO) env GOARCH)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all deps build generate test soak fuzz demo bench reproduce clean man install uninstall deb
+.PHONY: all deps build generate test docs docs-check soak fuzz demo bench reproduce clean man install uninstall deb
 
 all: build
 
@@ -48,9 +48,21 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mpsteer
 
 # As root, every privileged test must run: a skip is a failure there
-# (MPSTEER_REQUIRE_PRIVILEGED), so a broken setup cannot pass green.
-test: deps build
+# (MPSTEER_REQUIRE_PRIVILEGED), so a broken setup cannot pass green. The
+# documents' figures are checked against their data first (docs-check).
+test: deps build docs-check
 	MPSTEER_BIN=$(CURDIR)/$(BIN) $(if $(filter 0,$(shell id -u)),MPSTEER_REQUIRE_PRIVILEGED=1) $(GO) test -count=1 -timeout 30m ./...
+
+# Every table, figure and paper quote of README.md and docs/results.md is
+# rendered from docs/data (docs/figures.yaml, docs/papers.yaml): `make docs`
+# writes them; `make docs-check` changes nothing and fails, naming each
+# figure, when the text is not what the data give, when a data file is
+# missing or has no provenance, or when a number is typed into the text.
+docs: build
+	$(BIN) docs render
+
+docs-check: build
+	$(BIN) docs render --check
 
 # The long fault, load and hostile-input cases (internal/reliability; make
 # test runs their short versions): one JSON record per case in

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,14 +25,12 @@ func labReproduceCmd() *cobra.Command {
 		Use:   "reproduce [SCENARIO...]",
 		Short: "Run every paper experiment (docs/papers.yaml) with lab run and write one report to browse, OUT/index.html: each figure, our number and the paper's side by side, and the command for each",
 		Long: `Runs each scenario the papers file lists (or only those named) with
-"mpsteer lab run scenarios/NAME.yaml --runs N --out OUT/NAME", one after
-another (all of them take many hours), and writes OUT/index.html over the
-results after each run, so that the page shows what has run so far: per
-number the median over the runs, per comparison the median of the paired
-ratios, each with its 95% interval. --index-only writes the page from the
-runs already in OUT; --keep skips scenarios whose results are complete there
-with at least N rounds. A run that fails is shown as failed and the others
-go on; the command then exits 1.`,
+"mpsteer lab run scenarios/NAME.yaml --out OUT/NAME", one after another (all
+of them take hours), and writes OUT/index.html over the results after each
+run, so that the page shows what has run so far. --index-only writes the page
+from the runs already in OUT; --keep skips scenarios whose results are there.
+A run that fails is shown as failed and the others go on; the command then
+exits 1.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := reproduce.Load(papers)
 			if err != nil {
@@ -58,9 +57,6 @@ go on; the command then exits 1.`,
 				sort.Strings(names)
 				return fmt.Errorf("%s: not in %s (it lists the paper experiments)", strings.Join(names, ", "), papers)
 			}
-			if runs < 1 {
-				return fmt.Errorf("--runs %d: at least 1", runs)
-			}
 			self, err := os.Executable()
 			if err != nil {
 				return err
@@ -74,11 +70,15 @@ go on; the command then exits 1.`,
 					break
 				}
 				dir := filepath.Join(out, e.Scenario)
-				if keep && reproduce.Done(dir, runs) {
+				if _, err := os.Stat(filepath.Join(dir, "results.json")); err == nil && keep {
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "reproduce: %d/%d %s\n", i+1, len(todo), e.Scenario)
-				run := exec.CommandContext(ctx, self, "lab", "run", filepath.Join(scenarios, e.Scenario+".yaml"), "--runs", fmt.Sprint(runs), "--out", dir)
+				args := []string{"lab", "run", filepath.Join(scenarios, e.Scenario+".yaml"), "--out", dir}
+				if runs > 1 {
+					args = append(args, "--runs", strconv.Itoa(runs))
+				}
+				run := exec.CommandContext(ctx, self, args...)
 				run.Stdout, run.Stderr = os.Stderr, os.Stderr
 				// Interrupted: lab run takes its world down on SIGINT (a kill
 				// would leave its namespaces behind).
@@ -119,8 +119,8 @@ go on; the command then exits 1.`,
 	c.Flags().StringVar(&out, "out", "results/reproduce", "where the runs and index.html go")
 	c.Flags().StringVar(&scenarios, "scenarios", "scenarios", "where the scenario files are")
 	c.Flags().BoolVar(&indexOnly, "index-only", false, "run nothing: write index.html from the runs already in --out")
-	c.Flags().BoolVar(&keep, "keep", false, "skip scenarios whose results are already complete in --out with at least --runs rounds (to resume)")
-	c.Flags().IntVar(&runs, "runs", 5, "rounds per experiment (lab run --runs)")
+	c.Flags().BoolVar(&keep, "keep", false, "skip scenarios whose results are already in --out (to resume)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print {index, failed} as JSON")
+	c.Flags().IntVar(&runs, "runs", 1, "paired runs of each scenario (lab run --runs): the page shows their medians with 95% intervals")
 	return c
 }

@@ -9,7 +9,6 @@ package reproduce
 import (
 	"fmt"
 	"html/template"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,30 +16,49 @@ import (
 	"strings"
 	"time"
 
-	"mpsteer/internal/lab/report"
-	"mpsteer/internal/lab/results"
+	"mpsteer/internal/lab/labdata"
 	"mpsteer/internal/yamlcfg"
 )
 
-// Papers is the list of paper experiments.
+// Papers is the list of paper experiments, and every number or claim of
+// the papers we set ours beside.
 type Papers struct {
 	File        string
 	Titles      map[string]string // paper id → title
+	Quotes      map[string]Quote  // quote id → the paper's words
 	Experiments []Experiment
 }
+
+// Quote is what a paper says, exactly, and where: the sentence (Text), the
+// part of it that carries the number or claim with its own qualifier
+// ("by up to 32.1%", "on average 30.9%"; Says, a part of Text), and the
+// figure or section it comes from.
+type Quote struct {
+	ID    string
+	Paper string // an id of Papers.Titles
+	Where string // "§V.B, Fig. 9a"
+	Says  string
+	Text  string
+}
+
+// Short is the quote as a figure cites it: “on average 30.9%” (Fig. 9a).
+func (q Quote) Short() string { return "“" + q.Says + "” (" + q.Where + ")" }
 
 // Experiment is one scenario a paper stands behind.
 type Experiment struct {
 	Scenario string // scenarios/<Scenario>.yaml
 	Paper    string // an id of Papers.Titles
-	Figure   string
+	Figure   string // the paper's figure or section whose set-up the scenario follows
+	Setting  string // what the scenario sets that the paper does not give ("" if nothing)
 	Rows     []Row
 }
 
-// Row is one number of the paper and the one of ours it is set beside.
+// Row is one of our numbers and what the paper says beside it: a quote, or
+// a note saying why there is none (the paper gives no number there).
 type Row struct {
 	What     string
-	Paper    string // as the paper gives it
+	Quote    string // an id of Papers.Quotes, or ""
+	Note     string // with no quote: why
 	Metric   string
 	Variant  string
 	Baseline string // "": the variant's own number
@@ -51,6 +69,8 @@ var scenarioName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 var metricRe = regexp.MustCompile(`^(goodput_mbit|retransmits|bytes|duration_s|fct_median_ms|fct_p99_ms|share:[A-Za-z0-9._-]+|[a-z0-9_]+)$`)
 
+var quoteID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+
 // Load reads a papers file; every problem names the file, line and key.
 func Load(file string) (*Papers, error) {
 	data, err := os.ReadFile(file)
@@ -60,13 +80,16 @@ func Load(file string) (*Papers, error) {
 	return Parse(file, data)
 }
 
+// spaces folds runs of white space, so a quote may wrap in the file.
+func spaces(s string) string { return strings.Join(strings.Fields(s), " ") }
+
 // Parse reads a papers file's contents.
 func Parse(file string, data []byte) (*Papers, error) {
 	m, err := yamlcfg.Parse(file, data)
 	if err != nil {
 		return nil, err
 	}
-	p := &Papers{File: file, Titles: map[string]string{}}
+	p := &Papers{File: file, Titles: map[string]string{}, Quotes: map[string]Quote{}}
 	if pm := m.Map("papers"); pm != nil {
 		for _, k := range pm.Keys() {
 			p.Titles[k] = pm.String(k, "")
@@ -76,13 +99,47 @@ func Parse(file string, data []byte) (*Papers, error) {
 	if len(p.Titles) == 0 && !m.Failed("papers") {
 		m.Errorf("papers", "name the papers: a mapping of ids to titles, e.g. {asym: \"An Evaluation of …\"}")
 	}
+	paperIDs := func() string {
+		var ids []string
+		for id := range p.Titles {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		return strings.Join(ids, ", ")
+	}
+	if qm := m.Map("quotes"); qm != nil {
+		for _, id := range qm.Keys() {
+			e := qm.Map(id)
+			if e == nil {
+				continue
+			}
+			q := Quote{ID: id, Paper: e.String("paper", ""), Where: spaces(e.String("where", "")), Says: spaces(e.String("says", "")), Text: spaces(e.String("quote", ""))}
+			if !quoteID.MatchString(id) {
+				qm.Errorf(id, "%q is not a quote id (lower case, digits and -)", id)
+			}
+			if _, ok := p.Titles[q.Paper]; !ok && !e.Failed("paper") {
+				e.Errorf("paper", "unknown paper %q (valid: %s)", q.Paper, paperIDs())
+			}
+			for key, v := range map[string]string{"where": q.Where, "says": q.Says, "quote": q.Text} {
+				if v == "" && !e.Failed(key) {
+					e.Errorf(key, "missing")
+				}
+			}
+			if q.Says != "" && q.Text != "" && !strings.Contains(q.Text, q.Says) {
+				e.Errorf("says", "%q is not part of the quote: give the paper's own words, as the quote has them", q.Says)
+			}
+			e.Done()
+			p.Quotes[id] = q
+		}
+		qm.Done()
+	}
 	seen := map[string]bool{}
 	for _, it := range m.List("experiments") {
 		if it.Map == nil {
-			m.ErrorAt(it.Node, it.Path, "an experiment is a mapping: {scenario, paper, figure, rows}")
+			m.ErrorAt(it.Node, it.Path, "an experiment is a mapping: {scenario, paper, figure, setting, rows}")
 			continue
 		}
-		e := Experiment{Scenario: it.Map.String("scenario", ""), Paper: it.Map.String("paper", ""), Figure: it.Map.String("figure", "")}
+		e := Experiment{Scenario: it.Map.String("scenario", ""), Paper: it.Map.String("paper", ""), Figure: it.Map.String("figure", ""), Setting: it.Map.String("setting", "")}
 		switch {
 		case !scenarioName.MatchString(e.Scenario):
 			it.Map.Errorf("scenario", "%q is not a scenario name (the file scenarios/NAME.yaml, e.g. asym-2-bandwidth)", e.Scenario)
@@ -91,29 +148,35 @@ func Parse(file string, data []byte) (*Papers, error) {
 		}
 		seen[e.Scenario] = true
 		if _, ok := p.Titles[e.Paper]; !ok {
-			var ids []string
-			for id := range p.Titles {
-				ids = append(ids, id)
-			}
-			sort.Strings(ids)
-			it.Map.Errorf("paper", "unknown paper %q (valid: %s)", e.Paper, strings.Join(ids, ", "))
+			it.Map.Errorf("paper", "unknown paper %q (valid: %s)", e.Paper, paperIDs())
+		}
+		if e.Figure == "" && !it.Map.Failed("figure") {
+			it.Map.Errorf("figure", "missing: the paper's figure or section whose set-up the scenario follows")
 		}
 		for _, r := range it.Map.List("rows") {
 			if r.Map == nil {
-				it.Map.ErrorAt(r.Node, r.Path, "a row is a mapping: {what, paper, metric, variant, baseline, as}")
+				it.Map.ErrorAt(r.Node, r.Path, "a row is a mapping: {what, quote or note, metric, variant, baseline, as}")
 				continue
 			}
-			row := Row{What: r.Map.String("what", ""), Paper: r.Map.String("paper", ""), Metric: r.Map.String("metric", ""),
+			row := Row{What: r.Map.String("what", ""), Quote: r.Map.String("quote", ""), Note: r.Map.String("note", ""), Metric: r.Map.String("metric", ""),
 				Variant: r.Map.String("variant", ""), Baseline: r.Map.String("baseline", "")}
 			def := "value"
 			if row.Baseline != "" {
 				def = "change"
 			}
 			row.As = r.Map.Enum("as", def, "value", "ratio", "change")
-			for key, v := range map[string]string{"what": row.What, "paper": row.Paper, "variant": row.Variant} {
+			for key, v := range map[string]string{"what": row.What, "variant": row.Variant} {
 				if v == "" && !r.Map.Failed(key) {
 					r.Map.Errorf(key, "missing")
 				}
+			}
+			switch q, ok := p.Quotes[row.Quote]; {
+			case row.Quote == "" && row.Note == "":
+				r.Map.Errorf("quote", "missing: the id of the paper's quote beside this number, or a note saying why the paper gives none")
+			case row.Quote != "" && !ok:
+				r.Map.Errorf("quote", "unknown quote %q (quotes: lists them)", row.Quote)
+			case row.Quote != "" && q.Paper != e.Paper:
+				r.Map.Errorf("quote", "%s is a quote of %s, not of this experiment's paper %s", row.Quote, q.Paper, e.Paper)
 			}
 			if !metricRe.MatchString(row.Metric) {
 				r.Map.Errorf("metric", "%q is not a metric (valid: goodput_mbit, retransmits, bytes, duration_s, fct_median_ms, fct_p99_ms, share:PATH, or a key of a summary's metrics)", row.Metric)
@@ -140,109 +203,65 @@ func Parse(file string, data []byte) (*Papers, error) {
 	return p, nil
 }
 
-// Value is one of a summary's numbers by its metric name.
-func Value(s *report.Summary, metric string) (float64, bool) { return report.Value(s, metric) }
-
-// Ours is our number for a row from a run's results, formatted, and the
-// numbers it comes from; ok is false when the run lacks them. A value is
-// the variant's median over its runs; a ratio or change is the median of
-// the paired ratios (run r of the variant over run r of the baseline),
-// with its 95% interval when there are two runs or more.
-func (r Row) Ours(f *results.File) (ours, detail string, ok bool) {
-	v := f.Estimate(r.Variant, r.Metric)
+// Ours is our number for a row from a run's results, formatted with its
+// interval and n, and the numbers it comes from; ok is false when the run
+// lacks them.
+func (r Row) Ours(res *labdata.Results) (ours, detail string, ok bool) {
+	u := labdata.UnitOf(r.Metric)
+	v := res.Summary(r.Variant, r.Metric)
 	if v.N == 0 {
 		return "", fmt.Sprintf("no %s for variant %s", r.Metric, r.Variant), false
 	}
 	if r.Baseline == "" {
-		if v.N >= 2 {
-			return format(r.Metric, v.Median), fmt.Sprintf("%s, median of %d runs [%s, %s]", r.Variant, v.N, format(r.Metric, v.Low), format(r.Metric, v.High)), true
-		}
-		return format(r.Metric, v.Median), r.Variant, true
+		return labdata.FormatSummary(v, u), r.Variant + failedNote(res, r.Variant), true
 	}
-	b := f.Estimate(r.Baseline, r.Metric)
+	b := res.Summary(r.Baseline, r.Metric)
 	if b.N == 0 {
 		return "", fmt.Sprintf("no %s for variant %s", r.Metric, r.Baseline), false
 	}
-	detail = fmt.Sprintf("%s %s against %s %s", r.Variant, format(r.Metric, v.Median), r.Baseline, format(r.Metric, b.Median))
-	c := f.Paired(r.Variant, r.Baseline, r.Metric)
-	e := c.Ratio
-	if e.N == 0 {
-		return "–", detail + " (no round with both)", true
+	detail = fmt.Sprintf("%s %s%s against %s %s%s", r.Variant, labdata.FormatSummary(v, u), failedNote(res, r.Variant),
+		r.Baseline, labdata.FormatSummary(b, u), failedNote(res, r.Baseline))
+	if r.As == "value" {
+		return labdata.FormatSummary(v, u), detail, true
 	}
-	if e.N >= 2 {
-		detail += fmt.Sprintf(" (medians); paired ratio %.3f [%.3f, %.3f] over %d rounds", e.Median, e.Low, e.High, e.N)
+	ratio, _ := res.Ratio(r.Variant, r.Baseline, r.Metric)
+	if ratio.N == 0 {
+		return "–", detail + "; no round has both", true
 	}
-	switch r.As {
-	case "ratio":
-		out := fmt.Sprintf("%.0f%%", 100*e.Median)
-		if e.N >= 2 {
-			out += fmt.Sprintf(" [%.0f%%, %.0f%%]", 100*e.Low, 100*e.High)
-		}
-		return out, detail, true
-	case "change":
-		out := change(e.Median)
-		if e.N >= 2 {
-			out += " [" + change(e.Low) + ", " + change(e.High) + "]"
-		}
-		return out, detail, true
-	}
-	return format(r.Metric, v.Median), detail, true
+	return labdata.FormatRatio(ratio, r.As), detail, true
 }
 
-// change is a ratio as a signed percentage change.
-func change(ratio float64) string {
-	c := 100 * (ratio - 1)
-	if math.Abs(c) < 0.05 {
-		c = 0
+func failedNote(res *labdata.Results, variant string) string {
+	if n := res.Failed(variant); n > 0 {
+		return fmt.Sprintf(" (%d failed run(s) left out)", n)
 	}
-	return fmt.Sprintf("%+.1f%%", c)
-}
-
-func format(metric string, v float64) string {
-	switch {
-	case metric == "goodput_mbit" || strings.HasSuffix(metric, "_mbit"):
-		return fmt.Sprintf("%.1f Mbit/s", v)
-	case strings.HasPrefix(metric, "share:") || strings.HasSuffix(metric, "_share"):
-		return fmt.Sprintf("%.1f%%", 100*v)
-	case strings.HasSuffix(metric, "_ms") && v < 1000:
-		return fmt.Sprintf("%.1f ms", v)
-	case strings.HasSuffix(metric, "_ms"):
-		return fmt.Sprintf("%.0f ms", v)
-	case strings.HasSuffix(metric, "_s"):
-		return fmt.Sprintf("%.2f s", v)
-	case metric == "bytes":
-		return fmt.Sprintf("%.1f MiB", v/(1<<20))
-	}
-	return fmt.Sprintf("%.0f", v)
+	return ""
 }
 
 // Command is the command line that runs an experiment into dir, runs
-// rounds of it.
+// times (paired runs; 0 or 1: once).
 func Command(scenarioDir, scenario, dir string, runs int) string {
-	return fmt.Sprintf("mpsteer lab run %s --runs %d --out %s", filepath.Join(scenarioDir, scenario+".yaml"), max(runs, 1), filepath.Join(dir, scenario))
+	c := fmt.Sprintf("mpsteer lab run %s --out %s", filepath.Join(scenarioDir, scenario+".yaml"), filepath.Join(dir, scenario))
+	if runs > 1 {
+		c += fmt.Sprintf(" --runs %d", runs)
+	}
+	return c
 }
 
 // readRun loads a run's results.json; nil when the run is not there.
-func readRun(dir string) (*results.File, error) {
-	f, err := results.Read(dir)
+func readRun(dir string) (*labdata.Results, error) {
+	r, err := labdata.LoadRun(filepath.Join(dir, "results.json"))
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
-	return f, err
-}
-
-// Done says whether dir holds a finished run of at least runs rounds
-// (what --keep skips).
-func Done(dir string, runs int) bool {
-	f, err := readRun(dir)
-	return err == nil && f != nil && f.Complete && f.RunsRequested >= runs
+	return r, err
 }
 
 // Options say where the index looks and what it shows.
 type Options struct {
 	Dir         string // the runs are Dir/<scenario>/; the page is Dir/index.html
 	ScenarioDir string // where the scenario files are, for the commands (default scenarios)
-	Runs        int    // rounds per experiment, for the commands (default 1)
+	Runs        int    // paired runs per scenario, for the commands
 	// Failed are runs that failed, with why (shown instead of the results).
 	Failed map[string]string
 	Now    time.Time
@@ -250,6 +269,7 @@ type Options struct {
 
 type pageRow struct {
 	Row
+	Quote        *Quote
 	Ours, Detail string
 	Have         bool
 }
@@ -258,19 +278,15 @@ type pageImage struct{ Src, Alt string }
 
 type pageExperiment struct {
 	Experiment
-	Title   string
-	Command string
-	Ran     bool
-	Failed  string
-	// Of the run: rounds, failed runs, whether every round ran, and where
-	// it was measured.
-	Runs, FailedRuns     int
-	Incomplete           bool
-	Commit, Kernel, Date string
-	Rows                 []pageRow
-	Images               []pageImage
-	Variants             []pageImage // per variant goodput plots
-	Report               string
+	Title      string
+	Command    string
+	Provenance string
+	Ran        bool
+	Failed     string
+	Rows       []pageRow
+	Images     []pageImage
+	Variants   []pageImage // per variant goodput plots
+	Report     string
 }
 
 type page struct {
@@ -292,24 +308,24 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 	for _, e := range p.Experiments {
 		dir := filepath.Join(o.Dir, e.Scenario)
 		pe := pageExperiment{Experiment: e, Title: p.Titles[e.Paper], Command: Command(o.ScenarioDir, e.Scenario, o.Dir, o.Runs), Failed: o.Failed[e.Scenario]}
-		f, err := readRun(dir)
+		res, err := readRun(dir)
 		if err != nil {
 			pe.Failed = err.Error()
 		}
-		pe.Ran = f != nil
-		var sums []*report.Summary
-		if f != nil {
-			sums = f.Representative()
-			pe.Runs, pe.FailedRuns, pe.Incomplete = f.RunsRequested, f.FailedRuns, !f.Complete
-			pe.Commit, pe.Kernel, pe.Date = f.Provenance.Commit, f.Provenance.Kernel, f.Provenance.Date
-		}
+		pe.Ran = res != nil
 		if pe.Ran {
 			pg.Ran++
+			if res.Provenance != nil {
+				pe.Provenance = res.Provenance.Summary()
+			}
 		}
 		for _, r := range e.Rows {
 			pr := pageRow{Row: r}
+			if q, ok := p.Quotes[r.Quote]; ok {
+				pr.Quote = &q
+			}
 			if pe.Ran {
-				pr.Ours, pr.Detail, pr.Have = r.Ours(f)
+				pr.Ours, pr.Detail, pr.Have = r.Ours(res)
 			}
 			pe.Rows = append(pe.Rows, pr)
 		}
@@ -318,9 +334,11 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 				pe.Images = append(pe.Images, pageImage{Src: e.Scenario + "/" + img, Alt: e.Scenario + " " + img})
 			}
 		}
-		for _, s := range sums {
-			if _, err := os.Stat(filepath.Join(dir, s.Variant, "goodput.png")); err == nil {
-				pe.Variants = append(pe.Variants, pageImage{Src: e.Scenario + "/" + s.Variant + "/goodput.png", Alt: s.Variant})
+		if res != nil {
+			for _, v := range res.VariantNames() {
+				if _, err := os.Stat(filepath.Join(dir, v, "goodput.png")); err == nil {
+					pe.Variants = append(pe.Variants, pageImage{Src: e.Scenario + "/" + v + "/goodput.png", Alt: v})
+				}
 			}
 		}
 		if _, err := os.Stat(filepath.Join(dir, "report.md")); err == nil {
@@ -363,28 +381,30 @@ section { border-top: 2px solid #ddd; margin-top: 2em; }
 img.fig { max-width: 100%; border: 1px solid #eee; }
 .variants img { width: 24em; margin: 0.2em; border: 1px solid #eee; }
 .missing { color: #a00; }
+.says { white-space: normal; }
+blockquote { margin: 0.3em 0 0 0; color: #555; font-size: 90%; }
 nav li { margin: 0.1em 0; }
 </style>
 </head>
 <body>
 <h1>The papers' experiments, reproduced</h1>
 <p>{{.Ran}} of {{.Total}} experiments have results here; generated {{.Generated}} by <code>mpsteer lab reproduce</code>
-from the list in <code>{{.PapersFile}}</code>. Every number under "ours" is measured (the run's <code>results.json</code>):
-a value is the median over the runs, a ratio or change the median of the paired ratios (round by round), with its
-95% interval in brackets; the papers' numbers are the papers' own. Each experiment says the command that runs it alone.</p>
+from the list in <code>{{.PapersFile}}</code>. Every number under "ours" is measured (the run's <code>results.json</code>);
+each is a median with its 95% interval and the number of runs (n), failed runs left out. The papers' numbers are the papers'
+own words, quoted, with the figure or section they come from. Each experiment says the command that runs it alone.</p>
 <nav><ul>
 {{range .Experiments}}<li><a href="#{{.Scenario}}">{{.Scenario}}</a> — {{.Figure}}{{if not .Ran}} <span class="missing">(not run)</span>{{end}}</li>
 {{end}}</ul></nav>
 {{range .Experiments}}
 <section id="{{.Scenario}}">
 <h2>{{.Scenario}}</h2>
-<p><em>{{.Title}}</em>, {{.Figure}}.</p>
+<p><em>{{.Title}}</em>, {{.Figure}}.{{if .Setting}} Our set-up: {{.Setting}}.{{end}}</p>
 <p><code>{{.Command}}</code></p>
-{{if .Ran}}<p>{{.Runs}} round(s){{if .FailedRuns}}, {{.FailedRuns}} failed run(s) run again{{end}}{{if .Incomplete}} <span class="missing">(incomplete: not every round ran)</span>{{end}}{{if .Commit}}; commit {{.Commit}}, kernel {{.Kernel}}, {{.Date}}{{end}}.</p>{{end}}
 {{if .Failed}}<p class="missing">The run failed: {{.Failed}}</p>{{end}}
+{{if .Provenance}}<p>Measured: {{.Provenance}}.</p>{{end}}
 <table>
 <tr><th>what</th><th>paper</th><th>ours</th><th>from</th></tr>
-{{range .Rows}}<tr><td>{{.What}}</td><td class="num">{{.Paper}}</td>{{if .Have}}<td class="num"><strong>{{.Ours}}</strong></td><td>{{.Detail}}</td>{{else}}<td class="num missing">–</td><td class="missing">{{if .Detail}}{{.Detail}}{{else}}not run{{end}}</td>{{end}}</tr>
+{{range .Rows}}<tr><td>{{.What}}</td><td class="says">{{with .Quote}}“{{.Says}}” ({{.Where}})<blockquote>“{{.Text}}”</blockquote>{{else}}<em>{{.Note}}</em>{{end}}</td>{{if .Have}}<td class="num"><strong>{{.Ours}}</strong></td><td>{{.Detail}}</td>{{else}}<td class="num missing">–</td><td class="missing">{{if .Detail}}{{.Detail}}{{else}}not run{{end}}</td>{{end}}</tr>
 {{end}}</table>
 {{range .Images}}<p><a href="{{.Src}}"><img class="fig" src="{{.Src}}" alt="{{.Alt}}"></a></p>
 {{end}}{{if .Variants}}<details class="variants"><summary>goodput over time, per variant</summary>
