@@ -23,6 +23,9 @@ func (b backend) Apply(file string, data []byte) (string, error) {
 func (b backend) Datapath() (*datapath.Manager, error) {
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
+	if b.d.loop.stopped {
+		return nil, errStopping
+	}
 	return b.d.manager()
 }
 

@@ -172,7 +172,6 @@ func (d *Daemon) runLoop(ctx context.Context) {
 // round brings the view up to date with what was taken, decides and
 // applies.
 func (d *Daemon) round(t taken) {
-	start := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.loop.rounds++
@@ -270,7 +269,7 @@ func (d *Daemon) round(t taken) {
 	}
 	d.publishEstablished()
 	if sampled {
-		d.ops.roundDone(start)
+		d.ops.roundDone(t.sample.start) // from the read that began it
 	}
 }
 

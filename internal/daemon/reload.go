@@ -31,6 +31,9 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.loop.stopped {
+		return "", errStopping
+	}
 	if cfg.Persist != d.cfg.Persist && d.dp != nil {
 		return "", fmt.Errorf("%s: persist: %q cannot change while the daemon runs (it is %q; restart the daemon to change it)", file, cfg.Persist, d.cfg.Persist)
 	}
@@ -92,6 +95,9 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	return msg, nil
 }
 
+// errStopping: the loop has stopped; nothing more is changed.
+var errStopping = errors.New("the daemon is stopping: it changes nothing more")
+
 // reloadConfig reloads the file the daemon runs now (--config, or the
 // last one `policy apply` sent): what SIGHUP and a change of the file both
 // do. A config that is wrong is refused and logged; the old one stays.
@@ -125,6 +131,9 @@ func (d *Daemon) applyHint(engine *policy.Engine, targets []string) error {
 func (d *Daemon) setHint(targets []string, clear bool) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.loop.stopped {
+		return "", errStopping
+	}
 	if clear {
 		d.hint = nil
 		msg := "preference cleared: the kernel's default behaviour applies"
