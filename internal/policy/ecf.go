@@ -22,12 +22,10 @@ type ECF struct {
 	status []ShapeConnStatus
 }
 
-func init() {
-	Register("ecf", func(m *yamlcfg.Map, env Env) Policy {
-		p := NewECF()
-		p.sh.parse(m)
-		return p
-	})
+func buildECF(m *yamlcfg.Map, env Env) Policy {
+	p := NewECF()
+	yamlcfg.Decode(m, &p.sh.ShaperConfig)
+	return p
 }
 
 // NewECF makes the policy with its defaults (see newShaper).

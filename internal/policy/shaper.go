@@ -9,7 +9,6 @@ import (
 	"mpsteer/internal/observe"
 	"mpsteer/internal/stats"
 	"mpsteer/internal/units"
-	"mpsteer/internal/yamlcfg"
 )
 
 // shaper decides, every round, which of a connection's subflows carry
@@ -51,49 +50,8 @@ import (
 //     the safety net, which see what the connection delivers, decide (the
 //     model is conservative: MPTCP's bursts are often smaller).
 type shaper struct {
-	Margin float64
-	Gain   float64
-	Retry  time.Duration
-	// InTimeCaps: far paths are capped to what arrives in time.
-	InTimeCaps bool
-	// JoinBackup: new subflows join as backup (Requirements.JoinBackup),
-	// so none carries before the policy has seen it; off, a joiner
-	// carries from its handshake until the first decision on it (short
-	// transfers over near paths gain a few tens of ms).
-	JoinBackup bool
-	SlowFactor float64
-	// EntryFactor: a joiner whose base RTT is within this many times the
-	// paths in use is near: it enters at once; farther ones wait for a
-	// trial.
-	EntryFactor float64
-	// NearerFactor: a joiner this many times nearer (base RTT) than a main
-	// path still warming up waits for the warm-up to end (0: never waits).
-	NearerFactor float64
-	// SlowShare: a near joiner that carries less than this share of the
-	// main path's bytes in its entry period goes aside.
-	SlowShare float64
-	// HeldShare: a far path goes aside when the main path waited on it in
-	// this share of the last 3 s's rounds (0: never).
-	HeldShare float64
-	// FarTrialRTTs: a far joiner's first trial waits this many of its RTTs
-	// (at least Retry).
-	FarTrialRTTs float64
-	// TrialRTTs: a trial lasts this many of the subflow's RTTs (at least
-	// 300 ms), after one RTT for its first data to come back.
-	TrialRTTs float64
-	Headroom  float64
-	// Window overrides the receive window planned for (0: the window the
-	// peer advertises).
-	Window     units.Size
-	WarmupRTTs float64
-	// NotSentLowat bounds what MPTCP queues, unsent, on each subflow
-	// (TCP_NOTSENT_LOWAT): data queued on a path that is then set aside
-	// must still go out there, and the receiver waits for it. Off by
-	// default: MPTCP refills a subflow's queue only as it drains, so 64 KiB
-	// holds a 400 ms path to about 1.3 Mbit/s (measured: asym-5 fell from
-	// 192 to 13 Mbit/s).
-	NotSentLowat units.Size
-	conns        map[uint32]*shapeConn
+	ShaperConfig
+	conns map[uint32]*shapeConn
 	// held: per local address, what holds its trials back, as the last
 	// round left it: the latest next trial of an aside subflow from it,
 	// and whether one from it is on trial. A trial waits for both, so that
@@ -104,6 +62,53 @@ type shaper struct {
 	// groups: how many subflows are on each group trial (see judge), as
 	// the last round left them.
 	groups map[trialGroup]int
+}
+
+// ShaperConfig is what ecf and dynthresh's shaped mode read of their
+// config entry.
+type ShaperConfig struct {
+	Margin units.Fraction `yaml:"margin"`
+	Gain   units.Fraction `yaml:"gain"`
+	Retry  time.Duration  `yaml:"retry" above:"0s"`
+	// InTimeCaps: far paths are capped to what arrives in time.
+	InTimeCaps bool `yaml:"in_time_caps"`
+	// JoinBackup: new subflows join as backup (Requirements.JoinBackup),
+	// so none carries before the policy has seen it; off, a joiner
+	// carries from its handshake until the first decision on it (short
+	// transfers over near paths gain a few tens of ms).
+	JoinBackup bool    `yaml:"join_backup"`
+	SlowFactor float64 `yaml:"slow_factor" min:"1" max:"100"`
+	// EntryFactor: a joiner whose base RTT is within this many times the
+	// paths in use is near: it enters at once; farther ones wait for a
+	// trial.
+	EntryFactor float64 `yaml:"entry_factor" min:"1" max:"1000"`
+	// NearerFactor: a joiner this many times nearer (base RTT) than a main
+	// path still warming up waits for the warm-up to end (0: never waits).
+	NearerFactor float64 `yaml:"nearer_factor" min:"0" max:"1000"`
+	// SlowShare: a near joiner that carries less than this share of the
+	// main path's bytes in its entry period goes aside.
+	SlowShare units.Fraction `yaml:"slow_share"`
+	// HeldShare: a far path goes aside when the main path waited on it in
+	// this share of the last 3 s's rounds (0: never).
+	HeldShare units.Fraction `yaml:"held_share"`
+	// FarTrialRTTs: a far joiner's first trial waits this many of its RTTs
+	// (at least Retry).
+	FarTrialRTTs float64 `yaml:"far_trial_rtts" min:"0" max:"1000"`
+	// TrialRTTs: a trial lasts this many of the subflow's RTTs (at least
+	// 300 ms), after one RTT for its first data to come back.
+	TrialRTTs float64        `yaml:"trial_rtts" min:"1" max:"1000"`
+	Headroom  units.Fraction `yaml:"headroom" above:"0%"`
+	// Window overrides the receive window planned for (0: the window the
+	// peer advertises; a TCP window is at most 1 GiB).
+	Window     units.Size `yaml:"window" min:"0B" max:"1GiB"`
+	WarmupRTTs float64    `yaml:"warmup_rtts" min:"0" max:"1000"`
+	// NotSentLowat bounds what MPTCP queues, unsent, on each subflow
+	// (TCP_NOTSENT_LOWAT): data queued on a path that is then set aside
+	// must still go out there, and the receiver waits for it. Off by
+	// default: MPTCP refills a subflow's queue only as it drains, so 64 KiB
+	// holds a 400 ms path to about 1.3 Mbit/s (measured: asym-5 fell from
+	// 192 to 13 Mbit/s).
+	NotSentLowat units.Size `yaml:"notsent_lowat" min:"0B" max:"1GiB"`
 }
 
 type trialHold struct {
@@ -129,38 +134,10 @@ func (p *shaper) requirements() Requirements {
 	return Requirements{Limits: p.InTimeCaps, NotSentLowat: int(p.NotSentLowat), JoinBackup: p.JoinBackup}
 }
 
-// parse reads the shaper's keys of a policy's config entry.
-func (p *shaper) parse(m *yamlcfg.Map) {
-	p.Margin = float64(m.Fraction("margin", units.Fraction(p.Margin)))
-	p.Gain = float64(m.Fraction("gain", units.Fraction(p.Gain)))
-	p.Retry = m.Duration("retry", p.Retry)
-	if p.Retry <= 0 && !m.Failed("retry") {
-		m.Errorf("retry", "must be above 0s")
-	}
-	p.InTimeCaps = m.Bool("in_time_caps", p.InTimeCaps)
-	p.JoinBackup = m.Bool("join_backup", p.JoinBackup)
-	p.SlowFactor = m.Float("slow_factor", p.SlowFactor, 1, 100)
-	p.NearerFactor = m.Float("nearer_factor", p.NearerFactor, 0, 1000)
-	p.EntryFactor = m.Float("entry_factor", p.EntryFactor, 1, 1000)
-	p.SlowShare = float64(m.Fraction("slow_share", units.Fraction(p.SlowShare)))
-	p.HeldShare = float64(m.Fraction("held_share", units.Fraction(p.HeldShare)))
-	p.FarTrialRTTs = m.Float("far_trial_rtts", p.FarTrialRTTs, 0, 1000)
-	p.TrialRTTs = m.Float("trial_rtts", p.TrialRTTs, 1, 1000)
-	p.Headroom = float64(m.Fraction("headroom", units.Fraction(p.Headroom)))
-	if p.Headroom <= 0 && !m.Failed("headroom") {
-		m.Errorf("headroom", "must be above 0%%")
-	}
-	p.Window = m.Size("window", p.Window)
-	p.WarmupRTTs = m.Float("warmup_rtts", p.WarmupRTTs, 0, 1000)
-	p.NotSentLowat = m.Size("notsent_lowat", p.NotSentLowat)
-	if (p.NotSentLowat < 0 || p.NotSentLowat > 1<<30) && !m.Failed("notsent_lowat") {
-		m.Errorf("notsent_lowat", "%v is outside 0 to 1GiB (0: left alone)", p.NotSentLowat)
-	}
-}
-
 func newShaper() shaper {
-	return shaper{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true, SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
-		Headroom: 0.9, WarmupRTTs: 10, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
+	return shaper{ShaperConfig: ShaperConfig{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true,
+		SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
+		Headroom: 0.9, WarmupRTTs: 10}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 
 // burst is the most the MPTCP scheduler hands a subflow at once.
@@ -462,21 +439,21 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 		early := now.Sub(s.entryAt) >= max(100*time.Millisecond, 3*baseRTT(sf)) &&
 			now.Sub(ms.seen) >= time.Duration(p.WarmupRTTs*float64(max(main.SRTT, time.Millisecond))) &&
 			mainRate > 0
-		if early && elapsed >= 10*baseRTT(sf).Seconds() && own/math.Max(mainRate, 1) < p.SlowShare/4 {
+		if early && elapsed >= 10*baseRTT(sf).Seconds() && own/math.Max(mainRate, 1) < float64(p.SlowShare)/4 {
 			rate, share = own, own/math.Max(mainRate, 1)
 		}
-		early = early && share < p.SlowShare/4
+		early = early && share < float64(p.SlowShare)/4
 		if (now.Before(s.entryUntil) || warming) && !early {
 			continue
 		}
-		if share < p.SlowShare {
+		if share < float64(p.SlowShare) {
 			why := fmt.Sprintf("it carried %s in its first %s, %.0f%% of the main path's %s",
 				mbit(rate), fmtMs(now.Sub(s.seen)), 100*share, mbit(mainRate))
 			// At that rate it could not add the gain a trial asks for: its
 			// trials wait the longest (each costs).
-			if rate < p.Gain*math.Max(mainNow, mainRate) {
+			if rate < float64(p.Gain)*math.Max(mainNow, mainRate) {
 				s.retry = 16 * p.Retry
-				why += fmt.Sprintf("; it cannot add %.0f%%", 100*p.Gain)
+				why += fmt.Sprintf("; it cannot add %.0f%%", 100*float64(p.Gain))
 			}
 			p.setAside(now, s, why)
 		} else {
@@ -486,7 +463,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	}
 
 	// Far paths the main path waits on (see HeldShare).
-	if p.HeldShare > 0 && !warming {
+	if float64(p.HeldShare) > 0 && !warming {
 		for _, sf := range c.Subflows {
 			s, id := st.subs[ID(sf)], ID(sf)
 			if id == mainID || !(s.state == shEntry || s.state == shFree || s.state == shCapped) || !p.far(sf, main) {
@@ -497,7 +474,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 				waited = 1
 			}
 			s.held.add(now, waited, 3*time.Second)
-			if s.held.span() >= 2*time.Second && s.held.mean() >= p.HeldShare {
+			if s.held.span() >= 2*time.Second && s.held.mean() >= float64(p.HeldShare) {
 				s.heldAsides++
 				p.setAside(now, s, fmt.Sprintf("the main path sat idle while it held data in %.0f%% of the last %s: the connection waited on it",
 					100*s.held.mean(), fmtMs(s.held.span())))
@@ -513,7 +490,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	if alone == 0 {
 		alone = ms.level.max()
 	}
-	if aggFull && agg < (1-p.Margin)*alone && !warming {
+	if aggFull && agg < (1-float64(p.Margin))*alone && !warming {
 		if st.below.IsZero() {
 			st.below = now
 		}
@@ -545,14 +522,14 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 			s := st.subs[ID(sf)]
 			// (Only while the connection delivers at its level: a trial
 			// against a ramping or recovering baseline would pass anything.)
-			if s.state == shAside && !now.Before(s.nextTrial) && p.trialDue(now, ID(sf).Local.Addr()) && st.recent.median() > 0 && st.recent.median() >= (1-p.Margin)*ms.level.max() {
+			if s.state == shAside && !now.Before(s.nextTrial) && p.trialDue(now, ID(sf).Local.Addr()) && st.recent.median() > 0 && st.recent.median() >= (1-float64(p.Margin))*ms.level.max() {
 				st.trial = ID(sf)
 				// Without it: what the connection delivered lately, at least
 				// what its main path alone carries (the last seconds may
 				// still hold the damage of its last turn).
 				s.state, s.trialStart, s.before, s.mark, s.markAt = shTrial, now, math.Max(st.recent.median(), mainNow), 0, time.Time{}
 				st.alone = s.before
-				s.why = fmt.Sprintf("on trial: passes if the connection delivers %.0f%% more than the %s it did without it", p.Gain*100, mbit(s.before))
+				s.why = fmt.Sprintf("on trial: passes if the connection delivers %.0f%% more than the %s it did without it", float64(p.Gain)*100, mbit(s.before))
 				break
 			}
 		}
@@ -570,7 +547,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 			// What arrives in time on a far path.
 			lag := (rtt + baseRTT(main)) / 2
 			if p.far(sf, main) {
-				inTime := inTimeRate(p.Headroom*float64(wnd), lag, mainNow)
+				inTime := inTimeRate(float64(p.Headroom)*float64(wnd), lag, mainNow)
 				switch {
 				case inTime < burst/lag.Seconds():
 					// The model says nothing fits; what the connection
@@ -584,7 +561,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 						s.state = shCapped
 					}
 					s.why = fmt.Sprintf("in time: (main %s + this) × lag %s within %.0f%% of the %s window",
-						mbit(mainNow), fmtMs(lag), p.Headroom*100, units.Size(wnd))
+						mbit(mainNow), fmtMs(lag), float64(p.Headroom)*100, units.Size(wnd))
 				case s.state == shCapped:
 					s.state = shFree
 				}
@@ -763,7 +740,7 @@ func (p *shaper) judgeGroups(now time.Time) {
 // without it.
 func (p *shaper) verdict(now time.Time, s *shapeSub, during, before float64, who string) {
 	s.judged = false
-	if during >= (1+p.Gain)*before {
+	if during >= (1+float64(p.Gain))*before {
 		// (A path the main path was seen waiting on keeps its longer
 		// wait: a trial among many connections can pass on noise.)
 		s.state, s.retry = shFree, p.Retry<<min(s.heldAsides, 4)
