@@ -14,7 +14,7 @@ import (
 func TestDynThreshPlainKeepsAFloodedSubflowAsideWhereTheExtendedTakesItBack(t *testing.T) {
 	for _, mode := range []string{dtPlain, dtPaper} {
 		d := mustBuild(t, "name: dynthresh\nmode: "+mode, Env{}).(*DynThresh)
-		s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 8*ms, 400))
+		s := newSim(t, sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 8*ms, 400))
 		var aside, back time.Duration = -1, -1
 		for i := 0; i < 120; i++ {
 			now := time.Duration(i+1) * 100 * ms
