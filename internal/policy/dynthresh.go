@@ -97,38 +97,6 @@ const (
 	dtPlain  = "plain"
 )
 
-type sample struct {
-	at    time.Time
-	bytes uint64
-}
-
-// rate keeps (time, cumulative bytes) samples over a window.
-type rate struct{ s []sample }
-
-func (r *rate) add(now time.Time, bytes uint64, window time.Duration) float64 {
-	v, _ := r.over(now, bytes, window)
-	return v
-}
-
-// over adds a sample and returns the rate over the window, and whether
-// the samples span all of it (a young subflow's first rates cover less,
-// and jump).
-func (r *rate) over(now time.Time, bytes uint64, window time.Duration) (float64, bool) {
-	r.s = append(r.s, sample{now, bytes})
-	// Start from the latest sample at or beyond the window's start.
-	i := 0
-	for i < len(r.s)-1 && now.Sub(r.s[i+1].at) >= window {
-		i++
-	}
-	r.s = r.s[i:]
-	first := r.s[0]
-	dt := now.Sub(first.at)
-	if dt <= 0 || bytes < first.bytes {
-		return 0, false
-	}
-	return float64(bytes-first.bytes) / dt.Seconds(), dt >= window
-}
-
 type dtSubflow struct {
 	firstSeen  time.Time
 	initial    bool
