@@ -2,7 +2,7 @@ package policy
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"mpsteer/internal/yamlcfg"
@@ -42,7 +42,7 @@ func decodeMode(m *yamlcfg.Map, policy, selector, chosen string, dflt bool, mode
 		var in []string
 		for _, md := range modes {
 			for _, v := range md.keys {
-				if contains(yamlcfg.Keys(v), key) && !contains(in, md.name) {
+				if slices.Contains(yamlcfg.Keys(v), key) && !slices.Contains(in, md.name) {
 					in = append(in, md.name)
 				}
 			}
@@ -55,31 +55,11 @@ func decodeMode(m *yamlcfg.Map, policy, selector, chosen string, dflt bool, mode
 			which += " (the default)"
 		}
 		valid := append([]string{"name", selector}, own...)
-		sort.Strings(valid)
+		slices.Sort(valid)
 		m.Errorf(key, "unknown key %q with %s: it is a key of %s %s: %s (valid with %s: %s)",
-			key, which, policy, selector, strings.Join(in, " or "), which, strings.Join(dedup(valid), ", "))
+			key, which, policy, selector, strings.Join(in, " or "), which, strings.Join(slices.Compact(valid), ", "))
 		m.Has(key) // reported: not again as unknown
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// dedup drops repeats from a sorted list.
-func dedup(sorted []string) []string {
-	var out []string
-	for i, s := range sorted {
-		if i == 0 || s != sorted[i-1] {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // targets is a list of interfaces or local addresses (paths: [wlan0,
