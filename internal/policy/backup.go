@@ -15,32 +15,31 @@ import (
 // (OpenMPTCProuter's per-interface "backup" mode); subflows elsewhere are
 // left to the other policies.
 type StaticBackup struct {
-	mu     sync.Mutex
-	paths  []string
+	mu sync.Mutex
+	StaticBackupConfig
 	env    Env
 	status []string
 }
 
-func init() {
-	Register("backup", func(m *yamlcfg.Map, env Env) Policy {
-		p := &StaticBackup{env: env}
-		for _, t := range m.Strings("paths") {
-			if err := checkTarget(t); err != nil {
-				m.Errorf("paths", "%v", err)
-				continue
-			}
-			p.paths = append(p.paths, t)
-		}
-		if len(p.paths) == 0 && !m.Failed("paths") {
-			m.Errorf("paths", "name the interfaces or addresses whose subflows are backup, e.g. paths: [wwan0]")
-		}
-		return p
-	})
+// StaticBackupConfig is what backup reads of its config entry.
+type StaticBackupConfig struct {
+	// Paths are the interfaces or local addresses whose subflows are
+	// backup.
+	Paths targets `yaml:"paths"`
+}
+
+func buildBackup(m *yamlcfg.Map, env Env) Policy {
+	p := &StaticBackup{env: env}
+	yamlcfg.Decode(m, &p.StaticBackupConfig)
+	if len(p.Paths) == 0 && !m.Failed("paths") {
+		m.Errorf("paths", "name the interfaces or addresses whose subflows are backup, e.g. paths: [wwan0]")
+	}
+	return p
 }
 
 // NewStaticBackup makes the given interfaces or addresses backup.
 func NewStaticBackup(env Env, paths []string) *StaticBackup {
-	return &StaticBackup{paths: append([]string(nil), paths...), env: env}
+	return &StaticBackup{StaticBackupConfig: StaticBackupConfig{Paths: append(targets(nil), paths...)}, env: env}
 }
 
 // Name is "backup".
@@ -51,7 +50,7 @@ func (p *StaticBackup) Decide(s *Snapshot) []Action {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	why := map[netip.Addr]string{}
-	for _, t := range p.paths {
+	for _, t := range p.Paths {
 		if a, err := netip.ParseAddr(t); err == nil {
 			why[a.Unmap()] = t
 			continue
@@ -87,5 +86,5 @@ func (p *StaticBackup) Decide(s *Snapshot) []Action {
 func (p *StaticBackup) Status() any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return map[string]any{"paths": p.paths, "backup": p.status}
+	return map[string]any{"paths": p.Paths, "backup": p.status}
 }

@@ -37,23 +37,22 @@ import (
 // MaxProbeInterval, and starts again at ProbeInterval when the subflow
 // comes back. The initial subflow is not judged during its warm-up
 // (WarmupRTTs of its RTT): a far path needs many RTTs to show its worth.
+//
+// Mode "plain" is the paper's dynamic threshold before its extension
+// (its Algorithm 3, Fig. 17): the same rule without the probes (the
+// extension's timer, Algorithm 4, Fig. 18), so a subflow set aside is
+// never tried again and cannot come back when its path recovers.
 type DynThresh struct {
 	mu sync.Mutex
-	// Mode: "shaped" (the default, see decideShaped) or "paper" (the
-	// paper's rule, improved as described above).
-	Mode             string
-	Metric           string // measured or estimate
-	Window           time.Duration
-	ProbeInterval    time.Duration
-	MaxProbeInterval time.Duration
-	ProbeWindow      time.Duration // at least one SRTT of the probed subflow
-	Warmup           time.Duration
-	WarmupRTTs       float64
-	// Margin is the hysteresis, both ways: a subflow is set aside when the
-	// aggregate falls below the threshold by this fraction, and taken back
-	// when the aggregate during its probe beats the threshold by it. Throughput measured over a window is noisy (ACKs come
-	// in bursts): without a margin, noise alone would decide.
-	Margin float64
+	// Mode: "shaped" (the default, see decideShaped), "paper" (the paper's
+	// extended dynamic threshold, improved as described above) or "plain"
+	// (the paper's dynamic threshold before its extension: the same rule
+	// without probes, so a subflow set aside stays aside).
+	Mode string
+	// The keys of the threshold modes (paper and plain), and the paper
+	// mode's probes.
+	DynThreshConfig
+	DynThreshProbeConfig
 	conns  map[uint32]*dtConn
 	status []DynThreshConnStatus
 	// The shaped mode's state.
@@ -61,37 +60,42 @@ type DynThresh struct {
 	shapedStatus []ShapeConnStatus
 }
 
-type sample struct {
-	at    time.Time
-	bytes uint64
+// DynThreshConfig is what the threshold modes (paper and plain) read of
+// their config entry.
+type DynThreshConfig struct {
+	// Metric: "measured" (bytes acknowledged per second) or "estimate"
+	// (the paper's m = cwnd·MSS/SRTT).
+	Metric string `yaml:"metric" enum:"measured,estimate"`
+	// Window is what measured rates are measured over.
+	Window time.Duration `yaml:"window" above:"0s"`
+	// Warmup is a joined subflow's grace; the initial subflow's is
+	// WarmupRTTs of its RTT (at least Warmup).
+	Warmup     time.Duration `yaml:"warmup"`
+	WarmupRTTs float64       `yaml:"warmup_rtts" min:"0" max:"1000"`
+	// Margin is the hysteresis, both ways: a subflow is set aside when the
+	// aggregate falls below the threshold by this fraction, and taken back
+	// when the aggregate during its probe beats the threshold by it.
+	// Throughput measured over a window is noisy (ACKs come in bursts):
+	// without a margin, noise alone would decide.
+	Margin units.Fraction `yaml:"margin"`
 }
 
-// rate keeps (time, cumulative bytes) samples over a window.
-type rate struct{ s []sample }
-
-func (r *rate) add(now time.Time, bytes uint64, window time.Duration) float64 {
-	v, _ := r.over(now, bytes, window)
-	return v
+// DynThreshProbeConfig is the paper mode's probes: a set-aside subflow is
+// usable again for ProbeWindow (at least one SRTT of it) every
+// ProbeInterval, doubling after every failed probe up to
+// MaxProbeInterval.
+type DynThreshProbeConfig struct {
+	ProbeInterval    time.Duration `yaml:"probe_interval" above:"0s"`
+	MaxProbeInterval time.Duration `yaml:"max_probe_interval"`
+	ProbeWindow      time.Duration `yaml:"probe_window"`
 }
 
-// over adds a sample and returns the rate over the window, and whether
-// the samples span all of it (a young subflow's first rates cover less,
-// and jump).
-func (r *rate) over(now time.Time, bytes uint64, window time.Duration) (float64, bool) {
-	r.s = append(r.s, sample{now, bytes})
-	// Start from the latest sample at or beyond the window's start.
-	i := 0
-	for i < len(r.s)-1 && now.Sub(r.s[i+1].at) >= window {
-		i++
-	}
-	r.s = r.s[i:]
-	first := r.s[0]
-	dt := now.Sub(first.at)
-	if dt <= 0 || bytes < first.bytes {
-		return 0, false
-	}
-	return float64(bytes-first.bytes) / dt.Seconds(), dt >= window
-}
+// The modes of dynthresh.
+const (
+	dtShaped = "shaped"
+	dtPaper  = "paper"
+	dtPlain  = "plain"
+)
 
 type dtSubflow struct {
 	firstSeen  time.Time
@@ -134,45 +138,33 @@ type DynThreshSubflowStatus struct {
 	SetAside int     `json:"times_set_aside"`
 }
 
-func init() {
-	Register("dynthresh", func(m *yamlcfg.Map, env Env) Policy {
-		d := NewDynThresh()
-		d.Mode = m.Enum("mode", d.Mode, "shaped", "paper")
-		if d.Mode == "shaped" {
-			d.sh.parse(m)
-		}
-		d.Metric = m.Enum("metric", d.Metric, "measured", "estimate")
-		d.Window = m.Duration("window", d.Window)
-		d.ProbeInterval = m.Duration("probe_interval", d.ProbeInterval)
-		d.MaxProbeInterval = m.Duration("max_probe_interval", d.MaxProbeInterval)
-		d.ProbeWindow = m.Duration("probe_window", d.ProbeWindow)
-		d.Warmup = m.Duration("warmup", d.Warmup)
-		d.WarmupRTTs = m.Float("warmup_rtts", d.WarmupRTTs, 0, 1000)
-		d.Margin = float64(m.Fraction("margin", units.Fraction(d.Margin)))
-		if d.ProbeInterval <= 0 {
-			m.Errorf("probe_interval", "must be above 0s")
-		}
-		if d.MaxProbeInterval < d.ProbeInterval {
-			m.Errorf("max_probe_interval", "%v is below probe_interval %v", d.MaxProbeInterval, d.ProbeInterval)
-		}
-		if d.Window <= 0 {
-			m.Errorf("window", "must be above 0s")
-		}
-		return d
+func buildDynThresh(m *yamlcfg.Map, env Env) Policy {
+	d := NewDynThresh()
+	d.Mode = m.Enum("mode", d.Mode, dtShaped, dtPaper, dtPlain)
+	decodeMode(m, "dynthresh", "mode", d.Mode, !m.Has("mode"), []configMode{
+		{dtShaped, []any{&d.sh.ShaperConfig}},
+		{dtPaper, []any{&d.DynThreshConfig, &d.DynThreshProbeConfig}},
+		{dtPlain, []any{&d.DynThreshConfig}},
 	})
+	if d.Mode == dtPaper && d.MaxProbeInterval < d.ProbeInterval && !m.Failed("probe_interval") {
+		m.Errorf("max_probe_interval", "%v is below probe_interval %v", d.MaxProbeInterval, d.ProbeInterval)
+	}
+	return d
 }
 
 // NewDynThresh makes the policy with its defaults.
 func NewDynThresh() *DynThresh {
-	return &DynThresh{Metric: "measured", Window: time.Second, ProbeInterval: time.Second,
-		MaxProbeInterval: 8 * time.Second, ProbeWindow: 300 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		WarmupRTTs: 10, Margin: 0.1, conns: map[uint32]*dtConn{},
-		Mode: "shaped", sh: newShaper()}
+	return &DynThresh{Mode: dtShaped,
+		DynThreshConfig: DynThreshConfig{Metric: "measured", Window: time.Second, Warmup: 200 * time.Millisecond,
+			WarmupRTTs: 10, Margin: 0.1},
+		DynThreshProbeConfig: DynThreshProbeConfig{ProbeInterval: time.Second, MaxProbeInterval: 8 * time.Second,
+			ProbeWindow: 300 * time.Millisecond},
+		conns: map[uint32]*dtConn{}, sh: newShaper()}
 }
 
 // Requirements: in the shaped mode, the shaper's.
 func (d *DynThresh) Requirements() Requirements {
-	if d.Mode == "shaped" {
+	if d.Mode == dtShaped {
 		return d.sh.requirements()
 	}
 	return Requirements{}
@@ -188,7 +180,7 @@ func Metric(sf observe.Subflow) float64 { return sf.ThroughputEstimate() }
 func (d *DynThresh) Decide(s *Snapshot) []Action {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.Mode == "shaped" {
+	if d.Mode == dtShaped {
 		return d.decideAllShaped(s)
 	}
 	var out []Action
@@ -282,7 +274,7 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Action, Dy
 		ds.probeUntil = time.Time{}
 		// Kickback: the connection with the subflow beats the best single
 		// subflow (by the margin).
-		if during >= threshold*(1+d.Margin) {
+		if during >= threshold*(1+float64(d.Margin)) {
 			ds.aside = false
 		} else {
 			ds.interval = max(min(2*ds.interval, d.MaxProbeInterval), ds.interval)
@@ -303,7 +295,7 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Action, Dy
 			active = append(active, id)
 		}
 	}
-	if agg < threshold*(1-d.Margin) && len(active) > 1 {
+	if agg < threshold*(1-float64(d.Margin)) && len(active) > 1 {
 		sort.Slice(active, func(i, j int) bool { return d.worse(st.subflows[active[i]], st.subflows[active[j]]) })
 		for _, id := range active {
 			ds := st.subflows[id]
@@ -316,6 +308,9 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Action, Dy
 			}
 			ds.aside = true
 			ds.asides++
+			if d.Mode == dtPlain {
+				break // for good: the plain rule never tries it again
+			}
 			// A probe stalls the connection for about an RTT of its slowest
 			// remaining path: probe no more often than every 10 of those.
 			var rtt time.Duration
@@ -330,9 +325,10 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Action, Dy
 		}
 	}
 
-	// Start probe windows that are due.
+	// Start probe windows that are due (the paper mode's extension; the
+	// plain rule has none).
 	for id, ds := range st.subflows {
-		if ds.aside && ds.probeUntil.IsZero() && !now.Before(ds.nextProbe) {
+		if d.Mode == dtPaper && ds.aside && ds.probeUntil.IsZero() && !now.Before(ds.nextProbe) {
 			ds.probeStart, ds.probeBytes = now, c.BytesAcked
 			// Long enough for an ACK to return, never long: on a far path
 			// every probe costs a head-of-line stall.
@@ -355,6 +351,9 @@ func (d *DynThresh) decideConn(now time.Time, c *Conn, st *dtConn) ([]Action, Dy
 		case ds.aside && !ds.probeUntil.IsZero():
 			state = "probing"
 			reason = fmt.Sprintf("set aside; probe window for %s", fmtMs(ds.probeUntil.Sub(now)))
+		case ds.aside && d.Mode == dtPlain:
+			state, backup = "set-aside", true
+			reason = fmt.Sprintf("set aside for good: the aggregate fell below the best single subflow %s (the plain rule never tries it again)", mbit(threshold))
 		case ds.aside:
 			state, backup = "set-aside", true
 			reason = fmt.Sprintf("set aside: aggregate below the best single subflow %s; next probe in %s", mbit(threshold), fmtMs(ds.nextProbe.Sub(now)))
@@ -409,7 +408,7 @@ func (d *DynThresh) worse(a, b *dtSubflow) bool {
 func (d *DynThresh) Status() any {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.Mode == "shaped" {
+	if d.Mode == dtShaped {
 		return d.shapedStatus
 	}
 	return d.status

@@ -1,12 +1,8 @@
 package policy
 
 import (
-	"math"
 	"sync"
-	"time"
 
-	"mpsteer/internal/observe"
-	"mpsteer/internal/units"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -22,12 +18,10 @@ type ECF struct {
 	status []ShapeConnStatus
 }
 
-func init() {
-	Register("ecf", func(m *yamlcfg.Map, env Env) Policy {
-		p := NewECF()
-		p.sh.parse(m)
-		return p
-	})
+func buildECF(m *yamlcfg.Map, env Env) Policy {
+	p := NewECF()
+	yamlcfg.Decode(m, &p.sh.ShaperConfig)
+	return p
 }
 
 // NewECF makes the policy with its defaults (see newShaper).
@@ -54,42 +48,4 @@ func (p *ECF) Status() any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.status
-}
-
-// peak keeps the largest value seen over a window of time.
-type peak struct{ e extreme[float64] }
-
-func greater(a, b float64) bool { return a > b }
-
-// add adds v, seen now, and returns the window's largest.
-func (p *peak) add(now time.Time, v float64, window time.Duration) float64 {
-	p.e.push(now, v, greater, 0)
-	p.e.expire(now, window)
-	return p.e.v[0]
-}
-
-// get is the window's maximum; ok is false when nothing was seen.
-func (p *peak) get() (float64, bool) { return p.e.first() }
-
-// max is the window's maximum (0: nothing seen).
-func (p *peak) max() float64 {
-	v, _ := p.get()
-	return v
-}
-
-// baseRTT is a subflow's lowest RTT (its SRTT until the kernel has one).
-func baseRTT(sf observe.Subflow) time.Duration {
-	if sf.MinRTT > 0 {
-		return sf.MinRTT
-	}
-	return sf.SRTT
-}
-
-// roundRate keeps a cap to three significant digits.
-func roundRate(r units.Rate) units.Rate {
-	if r <= 0 {
-		return 0
-	}
-	scale := math.Pow(10, math.Floor(math.Log10(float64(r)))-2)
-	return units.Rate(math.Round(float64(r)/scale) * scale)
 }

@@ -31,23 +31,15 @@ import (
 // server side it announces the local addresses, so that the client can
 // reach them.
 type Fullmesh struct {
-	mu           sync.Mutex
-	N            int
-	filter       ifaceFilter
-	Announce     bool
-	StallTimeout time.Duration
-	// ConnStallTimeout: when data is outstanding at the connection level
-	// and none of it has been acknowledged for this long (at least 4 of
-	// the slowest subflow's RTTs), the connection is stuck on a hole
-	// (data a subflow lost, or that the receiver dropped beyond its
-	// window) that MPTCP's own retransmission timer backs off on for
-	// seconds. Closing a subflow makes MPTCP send everything outstanding
-	// again over the others; the subflow is reopened. 0: never.
-	ConnStallTimeout time.Duration
-	env              Env
-	open             opener
-	progress         map[uint32]*connProgress
-	status           []FullmeshConnStatus
+	mu sync.Mutex
+	FullmeshConfig
+	// filter and open hold the rest of its keys: interfaces and exclude;
+	// backoff, max_backoff and join_timeout.
+	filter   ifaceFilter
+	env      Env
+	open     opener
+	progress map[uint32]*connProgress
+	status   []FullmeshConnStatus
 }
 
 // connProgress is a connection's data-level progress: its acknowledged
@@ -67,25 +59,41 @@ type FullmeshConnStatus struct {
 	Announced []string     `json:"announced,omitempty"`
 }
 
-func init() {
-	Register("fullmesh", func(m *yamlcfg.Map, env Env) Policy {
-		f := NewFullmesh(env)
-		f.N = m.Int("subflows_per_pair", f.N, 1, 32)
-		f.filter = parseIfaceFilter(m, env)
-		f.Announce = m.Bool("announce", f.Announce)
-		f.StallTimeout = m.Duration("stall_timeout", f.StallTimeout)
-		f.ConnStallTimeout = m.Duration("conn_stall_timeout", f.ConnStallTimeout)
-		f.open.parse(m)
-		requireUserspacePM(m, env, "fullmesh")
-		return f
-	})
+// FullmeshConfig is what fullmesh reads of its config entry, with the
+// interface filter's keys and the opener's (subflows.go).
+type FullmeshConfig struct {
+	// N: subflows per pair of a local and a remote address.
+	N        int  `yaml:"subflows_per_pair" min:"1" max:"32"`
+	Announce bool `yaml:"announce"`
+	// StallTimeout: a subflow with data outstanding and no ACK this long
+	// is closed and opened again (0: never).
+	StallTimeout time.Duration `yaml:"stall_timeout"`
+	// ConnStallTimeout: when data is outstanding at the connection level
+	// and none of it has been acknowledged for this long (at least 4 of
+	// the slowest subflow's RTTs), the connection is stuck on a hole
+	// (data a subflow lost, or that the receiver dropped beyond its
+	// window) that MPTCP's own retransmission timer backs off on for
+	// seconds. Closing a subflow makes MPTCP send everything outstanding
+	// again over the others; the subflow is reopened. 0: never.
+	ConnStallTimeout time.Duration `yaml:"conn_stall_timeout"`
+}
+
+func buildFullmesh(m *yamlcfg.Map, env Env) Policy {
+	f := NewFullmesh(env)
+	yamlcfg.Decode(m, &f.FullmeshConfig)
+	yamlcfg.Decode(m, &f.filter)
+	yamlcfg.Decode(m, &f.open)
+	f.filter.check(m, env)
+	f.open.check(m)
+	requireUserspacePM(m, env, "fullmesh")
+	return f
 }
 
 // NewFullmesh makes the policy with one subflow per pair (the kernel's
 // fullmesh), announcing on the server side; a stalled subflow is left to
 // MPTCP (see StallTimeout), a stuck connection is rescued after 500 ms.
 func NewFullmesh(env Env) *Fullmesh {
-	return &Fullmesh{N: 1, Announce: true, ConnStallTimeout: 500 * time.Millisecond,
+	return &Fullmesh{FullmeshConfig: FullmeshConfig{N: 1, Announce: true, ConnStallTimeout: 500 * time.Millisecond},
 		env: env, open: newOpener(), progress: map[uint32]*connProgress{}}
 }
 

@@ -21,8 +21,10 @@ import (
 // (or local addresses) whose paths share a link, and two subflows from one
 // local address always share its access link.
 type Incremental struct {
-	mu     sync.Mutex
-	Steps  []units.Size
+	mu sync.Mutex
+	IncrementalConfig
+	// filter and open hold the rest of its keys: interfaces and exclude;
+	// backoff, max_backoff and join_timeout.
 	filter ifaceFilter
 	// shared maps an interface or address to its group of paths that
 	// share a link.
@@ -42,51 +44,82 @@ type IncrementalConnStatus struct {
 	Waiting     string       `json:"waiting,omitempty"`
 }
 
-func init() {
-	Register("incremental", func(m *yamlcfg.Map, env Env) Policy {
-		p := NewIncremental(env)
-		if m.Has("steps") {
-			p.Steps = nil
-			for _, s := range m.Strings("steps") {
-				v, err := units.ParseSize(s)
-				if err != nil {
-					m.Errorf("steps", "%v", err)
-					continue
-				}
-				if n := len(p.Steps); n > 0 && v <= p.Steps[n-1] {
-					m.Errorf("steps", "%s is not above the step before it (%s): steps grow", v, p.Steps[n-1])
-				}
-				p.Steps = append(p.Steps, v)
-			}
-			if len(p.Steps) == 0 {
-				m.Errorf("steps", "name at least one step, e.g. [200KiB, 2MiB]")
-			}
+// IncrementalConfig is what incremental reads of its config entry, with
+// the interface filter's keys and the opener's (subflows.go).
+type IncrementalConfig struct {
+	// Steps: bytes carried (sent and received) before the 2nd, the 3rd, …
+	// subflow opens.
+	Steps sizeSteps `yaml:"steps"`
+	// Shared: groups of interfaces (or addresses) whose paths share a link.
+	Shared linkGroups `yaml:"shared"`
+}
+
+// sizeSteps is a list of sizes that grow ([200KiB, 2MiB]).
+type sizeSteps []units.Size
+
+func (st *sizeSteps) DecodeField(m *yamlcfg.Map, key string) {
+	if !m.Has(key) {
+		return
+	}
+	var out sizeSteps
+	for _, s := range m.Strings(key) {
+		v, err := units.ParseSize(s)
+		if err != nil {
+			m.Errorf(key, "%v", err)
+			continue
 		}
-		p.filter = parseIfaceFilter(m, env)
-		for _, group := range m.StringLists("shared") {
-			if len(group) < 2 {
-				m.Errorf("shared", "%v: a group of paths that share a link needs at least two interfaces", group)
-			}
-			for _, n := range group {
-				if err := checkTarget(n); err != nil {
-					m.Errorf("shared", "%v", err)
-				}
-				if _, dup := p.shared[n]; dup {
-					m.Errorf("shared", "%q is in two groups: merge them", n)
-				}
-			}
-			p.addGroup(group)
+		if n := len(out); n > 0 && v <= out[n-1] {
+			m.Errorf(key, "%s is not above the step before it (%s): steps grow", v, out[n-1])
 		}
-		p.open.parse(m)
-		requireUserspacePM(m, env, "incremental")
-		return p
-	})
+		out = append(out, v)
+	}
+	if len(out) == 0 && !m.Failed(key) {
+		m.Errorf(key, "name at least one step, e.g. [200KiB, 2MiB]")
+	}
+	*st = out
+}
+
+// linkGroups are groups of two or more interfaces (or addresses), each in
+// one group only ([[lte, dsl]]).
+type linkGroups [][]string
+
+func (lg *linkGroups) DecodeField(m *yamlcfg.Map, key string) {
+	seen := map[string]bool{}
+	for _, group := range m.StringLists(key) {
+		if len(group) < 2 {
+			m.Errorf(key, "%v: a group of paths that share a link needs at least two interfaces", group)
+		}
+		for _, n := range group {
+			if err := checkTarget(n); err != nil {
+				m.Errorf(key, "%v", err)
+			}
+			if seen[n] {
+				m.Errorf(key, "%q is in two groups: merge them", n)
+			}
+			seen[n] = true
+		}
+		*lg = append(*lg, group)
+	}
+}
+
+func buildIncremental(m *yamlcfg.Map, env Env) Policy {
+	p := NewIncremental(env)
+	yamlcfg.Decode(m, &p.IncrementalConfig)
+	yamlcfg.Decode(m, &p.filter)
+	yamlcfg.Decode(m, &p.open)
+	p.filter.check(m, env)
+	p.open.check(m)
+	for _, g := range p.Shared {
+		p.addGroup(g)
+	}
+	requireUserspacePM(m, env, "incremental")
+	return p
 }
 
 // NewIncremental makes the policy with the paper's flavour of steps:
 // 200KiB, then 2MiB.
 func NewIncremental(env Env) *Incremental {
-	return &Incremental{Steps: []units.Size{200 << 10, 2 << 20}, shared: map[string]int{}, env: env, open: newOpener()}
+	return &Incremental{IncrementalConfig: IncrementalConfig{Steps: sizeSteps{200 << 10, 2 << 20}}, shared: map[string]int{}, env: env, open: newOpener()}
 }
 
 // Name is "incremental".

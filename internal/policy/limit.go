@@ -15,39 +15,54 @@ import (
 // 5 Mbit/s while the Wi-Fi carries the rest. It is the rate action with
 // no algorithm around it.
 type StaticLimit struct {
-	mu     sync.Mutex
-	rates  map[string]units.Rate // interface or address → cap
+	mu sync.Mutex
+	StaticLimitConfig
 	env    Env
 	status []string
 }
 
-func init() {
-	Register("limit", func(m *yamlcfg.Map, env Env) Policy {
-		p := &StaticLimit{rates: map[string]units.Rate{}, env: env}
-		r := m.Map("rates")
-		if r == nil {
-			m.Errorf("rates", "name the caps, e.g. rates: {wwan0: 5mbit}")
-			return p
+// StaticLimitConfig is what limit reads of its config entry.
+type StaticLimitConfig struct {
+	// Rates: interface or local address → cap.
+	Rates rateCaps `yaml:"rates"`
+}
+
+// rateCaps maps interfaces or addresses to a cap above 0
+// (rates: {wwan0: 5mbit}).
+type rateCaps map[string]units.Rate
+
+func (rc *rateCaps) DecodeField(m *yamlcfg.Map, key string) {
+	r := m.Map(key)
+	if r == nil {
+		if !m.Failed(key) {
+			m.Errorf(key, "name the caps, e.g. %s: {wwan0: 5mbit}", key)
 		}
-		for _, k := range r.Keys() {
-			if err := checkTarget(k); err != nil {
-				r.Errorf(k, "%v", err)
-				continue
-			}
-			v := r.Rate(k, 0)
-			if v <= 0 && !r.Failed(k) {
-				r.Errorf(k, "a cap must be above 0bit (leave the interface out for no cap)")
-			}
-			p.rates[k] = v
+		return
+	}
+	*rc = rateCaps{}
+	for _, k := range r.Keys() {
+		if err := checkTarget(k); err != nil {
+			r.Errorf(k, "%v", err)
+			continue
 		}
-		r.Done()
-		return p
-	})
+		v := r.Rate(k, 0)
+		if v <= 0 && !r.Failed(k) {
+			r.Errorf(k, "a cap must be above 0bit (leave the interface out for no cap)")
+		}
+		(*rc)[k] = v
+	}
+	r.Done()
+}
+
+func buildLimit(m *yamlcfg.Map, env Env) Policy {
+	p := &StaticLimit{env: env}
+	yamlcfg.Decode(m, &p.StaticLimitConfig)
+	return p
 }
 
 // NewStaticLimit caps the given interfaces or addresses.
 func NewStaticLimit(env Env, rates map[string]units.Rate) *StaticLimit {
-	return &StaticLimit{rates: rates, env: env}
+	return &StaticLimit{StaticLimitConfig: StaticLimitConfig{Rates: rates}, env: env}
 }
 
 // Name is "limit".
@@ -59,7 +74,7 @@ func (p *StaticLimit) Decide(s *Snapshot) []Action {
 	defer p.mu.Unlock()
 	caps := map[netip.Addr]units.Rate{}
 	why := map[netip.Addr]string{}
-	for k, r := range p.rates {
+	for k, r := range p.Rates {
 		if a, err := netip.ParseAddr(k); err == nil {
 			caps[a], why[a] = r, k
 			continue
@@ -98,5 +113,5 @@ func (p *StaticLimit) Requirements() Requirements { return Requirements{Limits: 
 func (p *StaticLimit) Status() any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return map[string]any{"rates": p.rates, "capped": p.status}
+	return map[string]any{"rates": p.Rates, "capped": p.status}
 }

@@ -385,6 +385,9 @@ func TestFullmeshWaitsForEstablishmentAndCountsABatchOnce(t *testing.T) {
 	}
 	decideAt(f, now.Add(200*ms), c, outs...)
 	st := f.Status().([]FullmeshConnStatus)
+	if len(st) != 1 || len(st[0].Pairs) == 0 {
+		t.Fatalf("status %+v, want the connection's pairs", st)
+	}
 	for _, p := range st[0].Pairs {
 		if p.Failures != 1 {
 			t.Fatalf("pair %s: %d failures after one refused batch, want 1", p.Pair, p.Failures)

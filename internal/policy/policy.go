@@ -8,12 +8,9 @@ package policy
 import (
 	"fmt"
 	"net/netip"
-	"sort"
-	"strings"
 	"time"
 
 	"mpsteer/internal/observe"
-	"mpsteer/internal/yamlcfg"
 )
 
 // SubflowID names a subflow by its addresses and ports. It is a key of
@@ -250,42 +247,6 @@ const (
 	KernelPM    = "kernel"
 	UserspacePM = "userspace"
 )
-
-// Factory builds a policy from its config entry (the keys beside name).
-type Factory func(m *yamlcfg.Map, env Env) Policy
-
-var registry = map[string]Factory{}
-
-// Register makes a policy available by name.
-func Register(name string, f Factory) { registry[name] = f }
-
-// Names lists the registered policies.
-func Names() []string {
-	var out []string
-	for n := range registry {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Build creates the policy named by m's "name" key; problems are recorded
-// in m's error list with their line and key.
-func Build(m *yamlcfg.Map, env Env) Policy {
-	name := m.String("name", "")
-	f, ok := registry[name]
-	if !ok {
-		if name == "" {
-			m.Errorf("name", "every policy needs a name (valid: %s)", strings.Join(Names(), ", "))
-		} else {
-			m.Errorf("name", "unknown policy %q (valid: %s)", name, strings.Join(Names(), ", "))
-		}
-		return nil
-	}
-	p := f(m, env)
-	m.Done()
-	return p
-}
 
 // Engine runs policies in order; for a subflow's backup flag and its rate
 // cap, the first policy with an opinion decides.

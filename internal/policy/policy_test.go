@@ -27,11 +27,19 @@ func (c *clock) snap(sfs ...observe.Subflow) *Snapshot {
 }
 func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 
+// backups maps each decided subflow's local address to its backup flag.
+// A round with no decision at all fails the test: every check of the
+// form "not backup" would pass on it.
 func backups(t *testing.T, ds []Action) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	for _, d := range ds {
-		out[d.Subflow.Local.Addr().String()] = d.Backup
+		if d.Kind == Backup {
+			out[d.Subflow.Local.Addr().String()] = d.Backup
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no backup decision in %v", ds)
 	}
 	return out
 }
@@ -156,14 +164,14 @@ func TestPreferRequirements(t *testing.T) {
 
 func TestBuildRejectsBadConfig(t *testing.T) {
 	cases := map[string]string{
-		"name: prefer\nk: 0.5":                `k: "0.5" is not valid`,
-		"name: prefer\nrto_max: 200ms":        `rto_max: 200ms is outside what the kernel accepts`,
-		"name: prefer\npaths: [\"a b\"]":      `is neither an IP address nor an interface name`,
-		"name: prefer\nspeed: fast":           `unknown key "speed"`,
-		"name: nosuch":                        `unknown policy "nosuch" (valid: backup, dynthresh, ecf, fullmesh, incremental, limit, prefer, `,
-		"name: dynthresh\nprobe_interval: 0s": `probe_interval: must be above 0s`,
-		"name: prefer\nprobe_interval: 5ms":   `probe_interval: 5ms is below 10ms`,
-		"name: ecf\ntrial_rtts: 0.5":          `c.yaml:2: trial_rtts: "0.5" is not valid (a number from 1 to 1000)`,
+		"name: prefer\nk: 0.5":                             `k: "0.5" is not valid`,
+		"name: prefer\nrto_max: 200ms":                     `rto_max: 200ms is outside what the kernel accepts`,
+		"name: prefer\npaths: [\"a b\"]":                   `is neither an IP address nor an interface name`,
+		"name: prefer\nspeed: fast":                        `unknown key "speed"`,
+		"name: nosuch":                                     `unknown policy "nosuch" (valid: backup, dynthresh, ecf, fullmesh, incremental, limit, prefer, `,
+		"name: dynthresh\nmode: paper\nprobe_interval: 0s": `probe_interval: must be above 0s`,
+		"name: prefer\nprobe_interval: 5ms":                `probe_interval: 5ms is below 10ms`,
+		"name: ecf\ntrial_rtts: 0.5":                       `c.yaml:2: trial_rtts: "0.5" is not valid (a number from 1 to 1000)`,
 	}
 	for src, want := range cases {
 		m, err := yamlcfg.Parse("c.yaml", []byte(src))
@@ -199,16 +207,17 @@ func mustBuild(t *testing.T, src string, env Env) Policy {
 // acknowledges rate[i] bytes per second and the connection (in order)
 // acknowledges agg bytes per second.
 type sim struct {
+	t    *testing.T
 	c    *clock
 	sfs  []observe.Subflow
 	conn uint64
 }
 
-func newSim(sfs ...observe.Subflow) *sim {
+func newSim(t *testing.T, sfs ...observe.Subflow) *sim {
 	for i := range sfs {
 		sfs[i].LocalID = uint8(i) // the first is the initial subflow
 	}
-	return &sim{c: &clock{t: time.Unix(0, 0)}, sfs: sfs}
+	return &sim{t: t, c: &clock{t: time.Unix(0, 0)}, sfs: sfs}
 }
 
 func (s *sim) step(d *DynThresh, agg float64, rates ...float64) map[string]bool {
@@ -221,6 +230,11 @@ func (s *sim) step(d *DynThresh, agg float64, rates ...float64) map[string]bool 
 	for _, x := range d.Decide(&Snapshot{Now: s.c.t, Conns: []*Conn{{Token: 1, Subflows: s.sfs, BytesAcked: s.conn}}}) {
 		out[x.Subflow.Local.Addr().String()] = x.Backup
 	}
+	// dynthresh decides every subflow every round: a missing decision
+	// would pass every "not set aside" check.
+	if len(out) != len(s.sfs) {
+		s.t.Fatalf("at %v: decisions %v, want one per subflow (%d)", s.c.t, out, len(s.sfs))
+	}
 	return out
 }
 
@@ -228,7 +242,7 @@ const mbps = 1e6 / 8 // bytes per second in one Mbit/s
 
 func TestDynThreshKeepsSymmetricSubflows(t *testing.T) {
 	d := paperDynThresh()
-	s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 8*ms, 400))
+	s := newSim(t, sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 8*ms, 400))
 	for i := 0; i < 100; i++ {
 		// Noisy but equal, 380 ± 60 Mbit/s each; the aggregate is both.
 		a, b := (380+float64(i%7*20-60))*mbps, (380-float64(i%5*30-60))*mbps
@@ -243,7 +257,7 @@ func TestDynThreshKeepsSymmetricSubflows(t *testing.T) {
 func TestDynThreshSetsAsideTheBadSubflow(t *testing.T) {
 	d := paperDynThresh()
 	d.MaxProbeInterval = time.Second
-	s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 20*ms, 12))
+	s := newSim(t, sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 20*ms, 12))
 	asideAt := time.Duration(-1)
 	probes := 0
 	for i := 0; i < 100; i++ {
@@ -272,7 +286,7 @@ func TestDynThreshSetsAsideTheBadSubflow(t *testing.T) {
 
 func TestDynThreshTakesASubflowBackAfterAFlood(t *testing.T) {
 	d := paperDynThresh()
-	s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 8*ms, 400))
+	s := newSim(t, sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 8*ms, 400))
 	var aside, back time.Duration = -1, -1
 	for i := 0; i < 120; i++ {
 		now := time.Duration(i+1) * 100 * ms
@@ -303,7 +317,7 @@ func TestDynThreshWarmupProtectsTheInitialSubflow(t *testing.T) {
 	// The initial subflow crosses a 400 ms path and ramps up slowly; the
 	// joined one is near but slow (Table 1 #5). The far one must not be
 	// set aside during its warm-up (10 RTTs): the near one goes instead.
-	s := newSim(sf("10.1.0.1", 1, 400*ms, 10), sf("10.2.0.1", 2, 20*ms, 4))
+	s := newSim(t, sf("10.1.0.1", 1, 400*ms, 10), sf("10.2.0.1", 2, 20*ms, 4))
 	var nearAside bool
 	for i := 0; i < 35; i++ {
 		s.sfs[0].Cwnd = uint32(10 + i*10)
@@ -321,7 +335,7 @@ func TestDynThreshWarmupProtectsTheInitialSubflow(t *testing.T) {
 func TestDynThreshEstimateIsThePapersRule(t *testing.T) {
 	d := paperDynThresh()
 	d.Metric = "estimate"
-	s := newSim(sf("10.1.0.1", 1, 8*ms, 500), sf("10.2.0.1", 2, 20*ms, 12))
+	s := newSim(t, sf("10.1.0.1", 1, 8*ms, 500), sf("10.2.0.1", 2, 20*ms, 12))
 	aside := false
 	for i := 0; i < 20; i++ {
 		// m of the good subflow dips below its best: Σm < best m.
@@ -391,7 +405,7 @@ func TestPreferRTTWindowIgnoresSelfInflictedQueueing(t *testing.T) {
 
 func TestDynThreshBacksOffFailedProbes(t *testing.T) {
 	d := paperDynThresh()
-	s := newSim(sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 20*ms, 12))
+	s := newSim(t, sf("10.1.0.1", 1, 8*ms, 400), sf("10.2.0.1", 2, 20*ms, 12))
 	var starts []time.Duration
 	prev := true
 	for i := 0; i < 300; i++ {
@@ -418,7 +432,7 @@ func TestDynThreshNeverSetsAsideTheGoodPathForALateJoiner(t *testing.T) {
 	// The good initial subflow runs alone for a second, then a far, slow
 	// subflow joins and the aggregate collapses (Table 1 #4). The joiner
 	// must go, the good path must stay, whatever the joiner's age.
-	s := newSim(sf("10.1.0.1", 1, 5*ms, 400))
+	s := newSim(t, sf("10.1.0.1", 1, 5*ms, 400))
 	for i := 0; i < 10; i++ {
 		s.step(d, 380*mbps, 380*mbps)
 	}

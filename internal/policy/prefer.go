@@ -28,51 +28,18 @@ import (
 type Prefer struct {
 	mu      sync.Mutex
 	targets []string
-	// configured are the paths its config entry named; the user's hint
-	// replaces them until it is cleared.
-	configured []string
-	K          float64
-	RTOMax     time.Duration
-	// RTTWindow: a subflow's RTT is the smallest SRTT it reported over this
-	// window (0 = its current SRTT, literally the paper's). A path that
-	// carries all the data queues up to a BDP of its own traffic, which
-	// inflates its SRTT against idle paths; a few seconds' minimum keeps
-	// that out of δ while a real change of latency still shows.
-	RTTWindow time.Duration
-	// MinDelta is a floor under δ: on sub-millisecond paths (a LAN, veth)
-	// RTTs jitter by multiples of themselves, and a few milliseconds more
-	// are no reason to drop the user's choice.
-	MinDelta time.Duration
-	// ProbeInterval: while no subflow on a preferred address is viable
-	// because the ones there stalled (or are gone), a fresh subflow (an
-	// MP_JOIN SYN: the cheapest liveness probe there is) is opened from it
-	// this often; the first that the path answers takes over and the
-	// stalled ones are closed, so data is back on the preferred path one
-	// handshake after the path returns instead of at the stalled subflow's
-	// next backed-off retransmission. Needs the userspace path manager;
-	// 0 = off (prefer_probe.go).
-	ProbeInterval time.Duration
-	// MaxProbes: probes of one address under way at once (default 10).
-	MaxProbes int
-	// NotSentLowat bounds the unsent data MPTCP queues on each subflow
-	// (TCP_NOTSENT_LOWAT): when the preferred path is back, the other
-	// subflows are set backup but still send what they hold, which with
-	// the kernel's send buffers took seconds. Default 16KiB under the
-	// userspace path manager (the fast return), else 0 (left alone).
-	NotSentLowat units.Size
+	PreferConfig
+	PreferProbeConfig
 	// mesh opens the connection's other subflows when the userspace path
 	// manager runs the namespace (there, no subflow is opened unless a
 	// policy asks): one per pair of a local and a remote address, as
 	// fullmesh does.
-	mesh *Fullmesh
-	// AvoidInitial are paths (interfaces or addresses) the user marked
-	// volatile: no connection opens its initial subflow there.
-	AvoidInitial []string
-	env          Env
-	conns        map[uint32]*preferConn
-	rtts         map[SubflowID]*rttWindow
-	round        uint64 // Decide's calls, to stamp the RTT windows in use
-	status       PreferStatus
+	mesh   *Fullmesh
+	env    Env
+	conns  map[uint32]*preferConn
+	rtts   map[SubflowID]*rttWindow
+	round  uint64 // Decide's calls, to stamp the RTT windows in use
+	status PreferStatus
 	// connStatus: each connection's part of the status, as last decided.
 	connStatus map[uint32]PreferConnStatus
 }
@@ -149,36 +116,71 @@ type PreferConnStatus struct {
 	Probing []string `json:"probing,omitempty"`
 }
 
+// PreferConfig is what prefer reads of its config entry under either
+// path manager.
+type PreferConfig struct {
+	// Paths are the preferred paths, in order, as configured; the user's
+	// hint (SetTargets) replaces them until it is cleared.
+	Paths targets `yaml:"paths"`
+	// K: δ = K·min SRTT over the connection's subflows.
+	K float64 `yaml:"k" min:"1" max:"100"`
+	// RTOMax caps the preferred subflows' retransmission timeout (0: the
+	// kernel's).
+	RTOMax time.Duration `yaml:"rto_max"`
+	// RTTWindow: a subflow's RTT is the smallest SRTT it reported over this
+	// window (0 = its current SRTT, literally the paper's). A path that
+	// carries all the data queues up to a BDP of its own traffic, which
+	// inflates its SRTT against idle paths; a few seconds' minimum keeps
+	// that out of δ while a real change of latency still shows.
+	RTTWindow time.Duration `yaml:"rtt_window"`
+	// MinDelta is a floor under δ: on sub-millisecond paths (a LAN, veth)
+	// RTTs jitter by multiples of themselves, and a few milliseconds more
+	// are no reason to drop the user's choice.
+	MinDelta time.Duration `yaml:"min_delta"`
+	// NotSentLowat bounds the unsent data MPTCP queues on each subflow
+	// (TCP_NOTSENT_LOWAT): when the preferred path is back, the other
+	// subflows are set backup but still send what they hold, which with
+	// the kernel's send buffers took seconds. Default 16KiB under the
+	// userspace path manager (the fast return), else 0 (left alone).
+	NotSentLowat units.Size `yaml:"notsent_lowat" min:"0B" max:"1GiB"`
+	// AvoidInitial are paths (interfaces or addresses) the user marked
+	// volatile: no connection opens its initial subflow there.
+	AvoidInitial targets `yaml:"avoid_initial"`
+}
+
+// PreferOpenConfig says whether prefer opens the connections' subflows
+// (the userspace path manager only; default yes).
+type PreferOpenConfig struct {
+	OpenSubflows bool `yaml:"open_subflows"`
+}
+
+// PreferProbeConfig is the fast return's keys (prefer_probe.go), read
+// where prefer opens the subflows.
+type PreferProbeConfig struct {
+	// ProbeInterval: while no subflow on a preferred address is viable
+	// because the ones there stalled (or are gone), a fresh subflow (an
+	// MP_JOIN SYN: the cheapest liveness probe there is) is opened from it
+	// this often; the first that the path answers takes over and the
+	// stalled ones are closed, so data is back on the preferred path one
+	// handshake after the path returns instead of at the stalled subflow's
+	// next backed-off retransmission. 0 = off.
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+	// MaxProbes: probes of one address under way at once (0: the
+	// default, defaultMaxProbes).
+	MaxProbes int `yaml:"max_probes" min:"1" max:"32"`
+}
+
 var ifaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
 
-func init() {
-	Register("prefer", func(m *yamlcfg.Map, env Env) Policy {
-		p := NewPrefer(env)
-		for _, t := range m.Strings("paths") {
-			if err := checkTarget(t); err != nil {
-				m.Errorf("paths", "%v", err)
-			}
-			p.targets = append(p.targets, t)
-		}
-		p.configured = append([]string(nil), p.targets...)
-		p.K = m.Float("k", p.K, 1, 100)
-		p.RTOMax = m.Duration("rto_max", p.RTOMax)
-		parseProbe(p, m, env)
-		// Under the userspace path manager prefer opens the subflows
-		// unless something else does (mptcpd, the application, a test).
-		if !m.Bool("open_subflows", p.mesh != nil) && p.mesh != nil {
-			if m.Has("probe_interval") && p.ProbeInterval > 0 {
-				m.Errorf("probe_interval", "probes are subflows prefer opens: with open_subflows: false, set probe_interval: 0s")
-			}
-			p.mesh, p.ProbeInterval = nil, 0
-		}
-		p.RTTWindow = m.Duration("rtt_window", p.RTTWindow)
-		p.MinDelta = m.Duration("min_delta", p.MinDelta)
-		if p.RTOMax != 0 && (p.RTOMax < time.Second || p.RTOMax > 120*time.Second) {
-			m.Errorf("rto_max", "%v is outside what the kernel accepts for TCP_RTO_MAX_MS (1s to 120s; 0s keeps the default)", p.RTOMax)
-		}
-		return p
-	})
+func buildPrefer(m *yamlcfg.Map, env Env) Policy {
+	p := NewPrefer(env)
+	yamlcfg.Decode(m, &p.PreferConfig)
+	p.targets = append([]string(nil), p.Paths...)
+	if p.RTOMax != 0 && (p.RTOMax < time.Second || p.RTOMax > 120*time.Second) && !m.Failed("rto_max") {
+		m.Errorf("rto_max", "%v is outside what the kernel accepts for TCP_RTO_MAX_MS (1s to 120s; 0s keeps the default)", p.RTOMax)
+	}
+	decodePreferOpening(p, m, env) // prefer_probe.go
+	return p
 }
 
 func checkTarget(t string) error {
@@ -195,7 +197,7 @@ func checkTarget(t string) error {
 // userspace path manager it opens the connection's subflows and probes a
 // stalled preferred path every 100ms.
 func NewPrefer(env Env) *Prefer {
-	p := &Prefer{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, MinDelta: 5 * time.Millisecond, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}, connStatus: map[uint32]PreferConnStatus{}}
+	p := &Prefer{PreferConfig: PreferConfig{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, MinDelta: 5 * time.Millisecond}, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}, connStatus: map[uint32]PreferConnStatus{}}
 	if env.PathManager == UserspacePM {
 		// The daemon is the path manager: prefer opens the connection's
 		// subflows, and probes a stalled preferred path (prefer_probe.go).
@@ -227,7 +229,7 @@ func (p *Prefer) SetTargets(targets []string) error {
 func (p *Prefer) ResetTargets() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.targets = append([]string(nil), p.configured...)
+	p.targets = append([]string(nil), p.Paths...)
 }
 
 // Targets returns the current hint.

@@ -74,29 +74,42 @@ func (p *Prefer) maxProbes() int {
 	return defaultMaxProbes
 }
 
-// parseProbe reads probe_interval and avoid_initial, and under the
-// userspace path manager makes prefer the path manager of its connections.
-func parseProbe(p *Prefer, m *yamlcfg.Map, env Env) {
-	set := m.Has("probe_interval")
-	p.ProbeInterval = m.Duration("probe_interval", p.ProbeInterval)
+// decodePreferOpening reads the keys of prefer's opening of subflows and
+// its probes, where prefer can open subflows: under the userspace path
+// manager, or one not known yet (a scenario checked off the host). Under
+// the kernel path manager, and with open_subflows: false, those keys have
+// no use and are refused, but for the ones that say "off".
+func decodePreferOpening(p *Prefer, m *yamlcfg.Map, env Env) {
+	open := PreferOpenConfig{OpenSubflows: true}
+	if env.PathManager == KernelPM {
+		open.OpenSubflows = false
+	}
+	yamlcfg.Decode(m, &open)
+	yamlcfg.Decode(m, &p.PreferProbeConfig)
+	needs := "probing opens and closes subflows, which needs the userspace path manager: set net.mptcp.path_manager=userspace in this network namespace (prefer then opens the connection's subflows itself)"
 	switch {
 	case m.Failed("probe_interval"):
 	case p.ProbeInterval > 0 && p.ProbeInterval < 10*time.Millisecond:
 		m.Errorf("probe_interval", "%v is below 10ms: a probe every few milliseconds costs more than it gains (0s turns probing off)", p.ProbeInterval)
-	case set && p.ProbeInterval > 0 && env.PathManager == KernelPM:
-		m.Errorf("probe_interval", "probing opens and closes subflows, which needs the userspace path manager: set net.mptcp.path_manager=userspace in this network namespace (prefer then opens the connection's subflows itself), or probe_interval: 0s")
+	case p.ProbeInterval > 0 && env.PathManager == KernelPM:
+		m.Errorf("probe_interval", "%s, or probe_interval: 0s", needs)
+	case p.ProbeInterval > 0 && !open.OpenSubflows && m.Has("probe_interval"):
+		m.Errorf("probe_interval", "probes are subflows prefer opens: with open_subflows: false, set probe_interval: 0s")
 	}
-	p.MaxProbes = m.Int("max_probes", p.maxProbes(), 1, 32)
-	p.NotSentLowat = m.Size("notsent_lowat", p.NotSentLowat)
-	if p.NotSentLowat < 0 || p.NotSentLowat > 1<<30 {
-		m.Errorf("notsent_lowat", "%v is outside 0B to 1GiB", p.NotSentLowat)
+	switch {
+	case !m.Has("max_probes") || m.Failed("max_probes"):
+	case env.PathManager == KernelPM:
+		m.Errorf("max_probes", "%s; leave max_probes out", needs)
+	case !open.OpenSubflows:
+		m.Errorf("max_probes", "probes are subflows prefer opens: with open_subflows: false there are none; leave max_probes out")
 	}
-	for _, t := range m.Strings("avoid_initial") {
-		if err := checkTarget(t); err != nil {
-			m.Errorf("avoid_initial", "%v", err)
-			continue
-		}
-		p.AvoidInitial = append(p.AvoidInitial, t)
+	if open.OpenSubflows && env.PathManager == KernelPM && !m.Failed("open_subflows") {
+		m.Errorf("open_subflows", "prefer opens subflows only under the userspace path manager (net.mptcp.path_manager=userspace); under the kernel path manager its endpoints do")
+	}
+	if !open.OpenSubflows {
+		// Something else opens the subflows (mptcpd, the application):
+		// prefer neither does nor probes; it still decides backup.
+		p.mesh, p.ProbeInterval = nil, 0
 	}
 }
 

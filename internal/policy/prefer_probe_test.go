@@ -107,6 +107,9 @@ func TestPreferProbesASilentPreferredPathAndReturnsWhenItAnswers(t *testing.T) {
 	if !closed[ID(*stalled)] || len(closed) != 10 || closed[ID(answered)] {
 		t.Fatalf("closed %v: want the stalled subflow and the 9 other probes, not the one that answered", closed)
 	}
+	if len(kinds(acts, Backup)) == 0 {
+		t.Fatalf("no backup decision once the probe answered: %v", acts)
+	}
 	for _, a := range kinds(acts, Backup) {
 		want := a.Subflow != ID(answered)
 		if a.Backup != want {

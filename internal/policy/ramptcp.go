@@ -41,34 +41,58 @@ import (
 // Signal "sender" runs the same rule on what the sender sees alone (its
 // subflows' retransmissions per segment sent over Window), for comparison.
 type RAMPTCP struct {
-	mu          sync.Mutex
-	LossHigh    float64
-	LossLow     float64
-	HealthLow   float64
-	HealthHigh  float64
-	Hold        time.Duration
-	MaxHold     time.Duration
-	ProbeWindow time.Duration
-	// Stale: a report older than this says nothing; when no path of a
-	// connection has a fresh one, the policy lets go of it.
-	Stale  time.Duration
+	mu     sync.Mutex
 	Signal string // reports (default) or sender
-	// Window and MinSegments are the sender signal's (retransmissions per
-	// segment sent over Window, known from MinSegments segments on).
-	Window      time.Duration
-	MinSegments float64
-	// Warmup: a path's transport loss does not count this long after it
-	// appears.
-	Warmup time.Duration
-	// NotSentLowat bounds the unsent data MPTCP queues on each subflow
-	// (Requirements.NotSentLowat): what is queued on a path when it is set
-	// inactive still leaves over it, at its failing rate, while the
-	// receiver waits for it. 0 leaves the kernel's default.
-	NotSentLowat units.Size
+	// The keys of both signals, and of each.
+	RAMPTCPConfig
+	RAMPTCPReportsConfig
+	RAMPTCPSenderConfig
 
 	conns  map[uint32]*rampConn
 	status []RAMPTCPConnStatus
 }
+
+// RAMPTCPConfig is what ramptcp reads of its config entry whichever its
+// signal.
+type RAMPTCPConfig struct {
+	LossHigh    units.Fraction `yaml:"loss_high"`
+	LossLow     units.Fraction `yaml:"loss_low"`
+	Hold        time.Duration  `yaml:"hold" above:"0s"`
+	MaxHold     time.Duration  `yaml:"max_hold"`
+	ProbeWindow time.Duration  `yaml:"probe_window" above:"0s"`
+	// Warmup: a path's transport loss does not count this long after it
+	// appears.
+	Warmup time.Duration `yaml:"warmup"`
+	// NotSentLowat bounds the unsent data MPTCP queues on each subflow
+	// (Requirements.NotSentLowat): what is queued on a path when it is set
+	// inactive still leaves over it, at its failing rate, while the
+	// receiver waits for it. 0 leaves the kernel's default.
+	NotSentLowat units.Size `yaml:"notsent_lowat" min:"0B" max:"1GiB"`
+}
+
+// RAMPTCPReportsConfig is what the reports signal (the default) reads
+// besides: the receiver's last hop, and how long a report says anything.
+type RAMPTCPReportsConfig struct {
+	HealthLow  units.Fraction `yaml:"health_low"`
+	HealthHigh units.Fraction `yaml:"health_high"`
+	// Stale: a report older than this says nothing; when no path of a
+	// connection has a fresh one, the policy lets go of it.
+	Stale time.Duration `yaml:"stale" above:"0s"`
+}
+
+// RAMPTCPSenderConfig is what the sender signal reads besides:
+// retransmissions per segment sent over Window, known from MinSegments
+// segments on.
+type RAMPTCPSenderConfig struct {
+	Window      time.Duration `yaml:"window" above:"0s"`
+	MinSegments int           `yaml:"min_segments" min:"1" max:"100000"`
+}
+
+// The signals of ramptcp.
+const (
+	rampReports = "reports"
+	rampSender  = "sender"
+)
 
 type rampKey struct{ local, remote uint8 }
 
@@ -119,55 +143,33 @@ type RAMPTCPPathStatus struct {
 	Reason        string   `json:"reason"`
 }
 
-func init() {
-	Register("ramptcp", func(m *yamlcfg.Map, env Env) Policy {
-		r := NewRAMPTCP()
-		r.LossHigh = float64(m.Fraction("loss_high", units.Fraction(r.LossHigh)))
-		r.LossLow = float64(m.Fraction("loss_low", units.Fraction(r.LossLow)))
-		r.HealthLow = float64(m.Fraction("health_low", units.Fraction(r.HealthLow)))
-		r.HealthHigh = float64(m.Fraction("health_high", units.Fraction(r.HealthHigh)))
-		r.Hold = m.Duration("hold", r.Hold)
-		r.MaxHold = m.Duration("max_hold", r.MaxHold)
-		r.ProbeWindow = m.Duration("probe_window", r.ProbeWindow)
-		r.Stale = m.Duration("stale", r.Stale)
-		r.Signal = m.Enum("signal", r.Signal, "reports", "sender")
-		r.Window = m.Duration("window", r.Window)
-		r.MinSegments = float64(m.Int("min_segments", int(r.MinSegments), 1, 100000))
-		r.Warmup = m.Duration("warmup", r.Warmup)
-		r.NotSentLowat = m.Size("notsent_lowat", r.NotSentLowat)
-		if r.NotSentLowat < 0 || r.NotSentLowat > 1<<30 {
-			m.Errorf("notsent_lowat", "%v is outside 0 to 1GiB", r.NotSentLowat)
-		}
-		if r.LossLow > r.LossHigh {
-			m.Errorf("loss_low", "%v is above loss_high %v (the hysteresis needs low ≤ high)", units.Fraction(r.LossLow), units.Fraction(r.LossHigh))
-		}
-		if r.HealthLow > r.HealthHigh {
-			m.Errorf("health_low", "%v is above health_high %v", units.Fraction(r.HealthLow), units.Fraction(r.HealthHigh))
-		}
-		if r.Hold <= 0 {
-			m.Errorf("hold", "must be above 0s")
-		}
-		if r.MaxHold < r.Hold {
-			m.Errorf("max_hold", "%v is below hold %v", r.MaxHold, r.Hold)
-		}
-		if r.ProbeWindow <= 0 {
-			m.Errorf("probe_window", "must be above 0s")
-		}
-		if r.Stale <= 0 {
-			m.Errorf("stale", "must be above 0s")
-		}
-		if r.Window <= 0 {
-			m.Errorf("window", "must be above 0s")
-		}
-		return r
+func buildRAMPTCP(m *yamlcfg.Map, env Env) Policy {
+	r := NewRAMPTCP()
+	r.Signal = m.Enum("signal", r.Signal, rampReports, rampSender)
+	decodeMode(m, "ramptcp", "signal", r.Signal, !m.Has("signal"), []configMode{
+		{rampReports, []any{&r.RAMPTCPConfig, &r.RAMPTCPReportsConfig}},
+		{rampSender, []any{&r.RAMPTCPConfig, &r.RAMPTCPSenderConfig}},
 	})
+	if r.LossLow > r.LossHigh {
+		m.Errorf("loss_low", "%v is above loss_high %v (the hysteresis needs low ≤ high)", r.LossLow, r.LossHigh)
+	}
+	if r.Signal == rampReports && r.HealthLow > r.HealthHigh {
+		m.Errorf("health_low", "%v is above health_high %v", r.HealthLow, r.HealthHigh)
+	}
+	if r.MaxHold < r.Hold && !m.Failed("hold") {
+		m.Errorf("max_hold", "%v is below hold %v", r.MaxHold, r.Hold)
+	}
+	return r
 }
 
 // NewRAMPTCP makes the policy with its defaults.
 func NewRAMPTCP() *RAMPTCP {
-	return &RAMPTCP{LossHigh: 0.10, LossLow: 0.02, Warmup: time.Second, NotSentLowat: units.Size(64 << 10), HealthLow: 0.90, HealthHigh: 0.97, Hold: time.Second,
-		MaxHold: 8 * time.Second, ProbeWindow: 300 * time.Millisecond, Stale: time.Second, Signal: "reports",
-		Window: 100 * time.Millisecond, MinSegments: 16, conns: map[uint32]*rampConn{}}
+	return &RAMPTCP{Signal: rampReports,
+		RAMPTCPConfig: RAMPTCPConfig{LossHigh: 0.10, LossLow: 0.02, Hold: time.Second, MaxHold: 8 * time.Second,
+			ProbeWindow: 300 * time.Millisecond, Warmup: time.Second, NotSentLowat: units.Size(64 << 10)},
+		RAMPTCPReportsConfig: RAMPTCPReportsConfig{HealthLow: 0.90, HealthHigh: 0.97, Stale: time.Second},
+		RAMPTCPSenderConfig:  RAMPTCPSenderConfig{Window: 100 * time.Millisecond, MinSegments: 16},
+		conns:                map[uint32]*rampConn{}}
 }
 
 // Name is "ramptcp".
@@ -175,7 +177,7 @@ func (r *RAMPTCP) Name() string { return "ramptcp" }
 
 // Requirements: the peer's reports must be read.
 func (r *RAMPTCP) Requirements() Requirements {
-	return Requirements{HealthReports: r.Signal == "reports", NotSentLowat: int(r.NotSentLowat)}
+	return Requirements{HealthReports: r.Signal == rampReports, NotSentLowat: int(r.NotSentLowat)}
 }
 
 // Decide runs the rule for every connection.
@@ -232,7 +234,7 @@ func (r *RAMPTCP) senderHealth(now time.Time, c *Conn, st *rampConn) {
 		h := PathHealth{LocalID: sf.LocalID, RemoteID: sf.RemoteID, Received: now, Reports: 1}
 		if n := len(w.at); n > 1 {
 			segs := w.segs[n-1] - w.segs[0]
-			if segs >= r.MinSegments {
+			if segs >= float64(r.MinSegments) {
 				h.Loss, h.LossKnown = min(float64(w.retrans[n-1]-w.retrans[0])/segs, 1), true
 			}
 		}
@@ -248,10 +250,10 @@ func (r *RAMPTCP) senderHealth(now time.Time, c *Conn, st *rampConn) {
 // judge tells whether a report says the path is bad, or good enough to
 // come back; neither when it says nothing (an idle path, no last hop).
 func (r *RAMPTCP) judge(h PathHealth, warm bool) (bad, good bool) {
-	lossBad := h.LossKnown && h.Loss >= r.LossHigh && warm && !(h.LastHopKnown && h.LastHop >= r.HealthHigh)
-	bad = lossBad || (h.LastHopKnown && h.LastHop <= r.HealthLow)
-	good = (h.LossKnown || h.LastHopKnown) && (!h.LossKnown || h.Loss <= r.LossLow) &&
-		(!h.LastHopKnown || h.LastHop >= r.HealthHigh)
+	lossBad := h.LossKnown && h.Loss >= float64(r.LossHigh) && warm && !(h.LastHopKnown && h.LastHop >= float64(r.HealthHigh))
+	bad = lossBad || (h.LastHopKnown && h.LastHop <= float64(r.HealthLow))
+	good = (h.LossKnown || h.LastHopKnown) && (!h.LossKnown || h.Loss <= float64(r.LossLow)) &&
+		(!h.LastHopKnown || h.LastHop >= float64(r.HealthHigh))
 	return bad, good
 }
 
@@ -270,7 +272,7 @@ func describe(h PathHealth, fresh bool, now time.Time) string {
 }
 
 func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *RAMPTCPConnStatus) {
-	if r.Signal == "sender" {
+	if r.Signal == rampSender {
 		cc := *c
 		c = &cc
 		r.senderHealth(now, c, st)
@@ -355,13 +357,13 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 				ps.inactivations++
 				ps.lastInactive = now
 				ps.why = fmt.Sprintf("inactive: the receiver reports %s (limits: loss %.1f%%, last hop %.1f%%); hold %s",
-					what, 100*r.LossHigh, 100*r.HealthLow, ps.hold)
+					what, 100*float64(r.LossHigh), 100*float64(r.HealthLow), ps.hold)
 			}
 		case "inactive":
 			if now.Sub(ps.since) < ps.hold {
 				break
 			}
-			if isFresh && h.LastHopKnown && h.LastHop <= r.HealthLow && h.Received.After(ps.since) {
+			if isFresh && h.LastHopKnown && h.LastHop <= float64(r.HealthLow) && h.Received.After(ps.since) {
 				// The receiver's radio still says bad: no probe spent.
 				ps.since = now
 				ps.why = fmt.Sprintf("inactive: the last hop is still bad (%s); hold %s", what, ps.hold)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/csv"
+	"fmt"
 	"net/netip"
 	"os"
 	"strconv"
@@ -101,17 +102,39 @@ func TestPreferReplaysAnOutage(t *testing.T) {
 // recording has no connection-level counter, so the aggregate is the sum
 // of the subflows' measured rates.
 func TestDynThreshReplaysTable1Scenario2(t *testing.T) {
+	if err := setsAsideTheBadPathMostly(t, paperDynThresh()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The check above fails when nothing is decided: it once divided 0 by 0,
+// and NaN < 0.6 is false.
+func TestReplayCheckFailsWithoutDecisions(t *testing.T) {
+	if err := setsAsideTheBadPathMostly(t, decidesNothing{}); err == nil {
+		t.Fatal("a policy that decides nothing passed")
+	}
+}
+
+type decidesNothing struct{}
+
+func (decidesNothing) Name() string                { return "nothing" }
+func (decidesNothing) Decide(s *Snapshot) []Action { return nil }
+func (decidesNothing) Status() any                 { return nil }
+
+// setsAsideTheBadPathMostly replays Table 1 scenario 2 through p: the
+// 400 mbit subflow must never be set aside, and the 4 mbit one must be
+// set aside in most samples after 2 s, with short probe windows.
+func setsAsideTheBadPathMostly(t *testing.T, p Policy) error {
 	snaps, pathOf := replay(t, "testdata/asym2-mptcp.csv")
-	d := paperDynThresh()
 	asideSamples, total := 0, 0
 	t0 := snaps[0].Now
 	for _, s := range snaps {
 		at := s.Now.Sub(t0)
-		for _, x := range d.Decide(s) {
+		for _, x := range p.Decide(s) {
 			switch pathOf[x.Subflow.Local.Addr().String()] {
 			case "good":
 				if x.Backup {
-					t.Fatalf("at %v the 400 mbit subflow was set aside: %s", at, x.Reason)
+					return fmt.Errorf("at %v the 400 mbit subflow was set aside: %s", at, x.Reason)
 				}
 			case "bad":
 				if at > 2*time.Second {
@@ -123,8 +146,11 @@ func TestDynThreshReplaysTable1Scenario2(t *testing.T) {
 			}
 		}
 	}
-	// Set aside most of the time, with short probe windows.
-	if frac := float64(asideSamples) / float64(total); frac < 0.6 {
-		t.Fatalf("bad subflow set aside in %.0f%% of samples after 2 s, want most", frac*100)
+	if total < 50 {
+		return fmt.Errorf("%d decisions on the bad subflow after 2 s, want one per sample (more than 50)", total)
 	}
+	if frac := float64(asideSamples) / float64(total); frac < 0.6 {
+		return fmt.Errorf("bad subflow set aside in %.0f%% of samples after 2 s, want most", frac*100)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"net/netip"
 	"strings"
@@ -71,8 +72,22 @@ func runShapeSims(rounds int, sims ...*shapeSim) {
 			}
 			snap.Conns = append(snap.Conns, c)
 		}
+		got := map[string]int{}
 		for _, a := range p.Decide(snap) {
 			sims[a.Token-7].apply(a)
+			got[fmt.Sprintf("%s %d %s", a.Kind, a.Token, a.Subflow)]++
+		}
+		// The shaper decides every subflow's backup flag and cap every
+		// round: a missing decision would read as "not backup, no cap"
+		// and pass the checks that the main path is never held back.
+		for _, c := range snap.Conns {
+			for _, sf := range c.Subflows {
+				for _, k := range []Kind{Backup, Limit} {
+					if key := fmt.Sprintf("%s %d %s", k, c.Token, ID(sf)); got[key] != 1 {
+						sims[0].t.Fatalf("at %v: %d decisions %q, want one", snap.Now, got[key], key)
+					}
+				}
+			}
 		}
 		for _, s := range sims {
 			s.now = s.now.Add(100 * ms)

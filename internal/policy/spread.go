@@ -69,116 +69,159 @@ const (
 
 var spreadDevRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
 
-func init() {
-	Register("spread", func(m *yamlcfg.Map, env Env) Policy {
-		p := &Spread{MarkBase: SpreadDefaultMarkBase, TableBase: SpreadDefaultTableBase, Priority: SpreadDefaultPriority,
-			Where: fmt.Sprintf("%s:%d: %s", m.File(), m.Line(), m.Path())}
-		used := map[string]string{} // device → the key that named it
-		checkDev := func(mm *yamlcfg.Map, key, dev, what string) bool {
-			switch {
-			case dev == "":
-				mm.Errorf(key, "name the %s device", what)
-			case !spreadDevRE.MatchString(dev):
-				mm.Errorf(key, "%q is not a device name", dev)
-			case used[dev] != "":
-				mm.Errorf(key, "device %s is named twice (also in %s): a device is either VM-facing (from) or an uplink (via), once", dev, used[dev])
-			default:
-				if env.Addrs != nil {
-					if _, ok := env.Addrs(dev); !ok {
-						mm.Errorf(key, "this host has no device %s", dev)
-						return false
-					}
-				}
-				used[dev] = mm.Path() + "." + key
-				return true
-			}
-			return false
-		}
-		if !m.Has("from") {
-			m.Errorf("from", "name the VM-facing devices whose VMs' subflows are spread (from: [vmbr0], a bridge or the VMs' tap/veth devices)")
-		}
-		for _, d := range m.Strings("from") {
-			checkDev(m, "from", d, "VM-facing")
-			p.From = append(p.From, d)
-		}
-		if m.Has("from") && len(p.From) == 0 && !m.Failed("from") {
-			m.Errorf("from", "name at least one VM-facing device")
-		}
-		items := m.List("via")
-		switch {
-		case !m.Has("via"):
-			m.Errorf("via", "name the uplinks to spread over (via: [{dev: phy1, gateway: 10.0.1.2}, {dev: phy2, gateway: 10.0.2.2}])")
-		case len(items) < 2 && !m.Failed("via"):
-			m.Errorf("via", "%d uplink given; spreading needs at least 2", len(items))
-		case len(items) > SpreadMaxUplinks:
-			m.Errorf("via", "%d uplinks given; at most %d are supported", len(items), SpreadMaxUplinks)
-		}
-		for _, it := range items {
-			if it.Map == nil {
-				// A bare device name: a point-to-point uplink.
-				u := SpreadUplink{Dev: it.Scalar}
-				if it.Scalar == "" || !spreadDevRE.MatchString(it.Scalar) {
-					m.ErrorAt(it.Node, it.Path, "an uplink is a mapping such as {dev: phy1, gateway: 10.0.1.2} (or a device name alone for a point-to-point link)")
-					continue
-				}
-				if used[u.Dev] != "" {
-					m.ErrorAt(it.Node, it.Path, "device %s is named twice (also in %s)", u.Dev, used[u.Dev])
-					continue
-				}
-				if env.Addrs != nil {
-					if _, ok := env.Addrs(u.Dev); !ok {
-						m.ErrorAt(it.Node, it.Path, "this host has no device %s", u.Dev)
-						continue
-					}
-				}
-				used[u.Dev] = it.Path
-				p.Via = append(p.Via, u)
+// SpreadConfig is what spread reads of its config entry; the policy's
+// own fields (From, Via, MarkBase, TableBase, Priority) are what the
+// daemon installs.
+type SpreadConfig struct {
+	// From are the VM-facing devices.
+	From []string `yaml:"from"`
+	// Via are the uplinks, in round-robin order.
+	Via spreadVia `yaml:"via"`
+	// MarkBase, TableBase, Priority: uplink i is marked MarkBase+i and
+	// routed by table TableBase+i, by a rule of priority Priority (below
+	// the main table's rule, 32766, so that a marked packet takes its
+	// uplink's table first).
+	MarkBase  spreadMark `yaml:"mark_base"`
+	TableBase int        `yaml:"table_base" min:"1" max:"2147483631"` // 1<<31-1 - SpreadMaxUplinks
+	Priority  int        `yaml:"priority" min:"1" max:"32765"`
+}
+
+// spreadVia is the uplinks as written: a mapping {dev, gateway} each, or
+// a device name alone for a point-to-point link; at says where each was
+// written, for the checks that need the host (spreadDevices).
+type spreadVia struct {
+	uplinks []SpreadUplink
+	// where each uplink's device was named (its key path), and how to
+	// report a problem with it there
+	where []string
+	say   []func(format string, args ...any)
+	// fixed: the uplink stays in the policy even when its device is
+	// wrong (a mapping: its problem is reported, nothing is applied)
+	fixed []bool
+}
+
+func (v *spreadVia) DecodeField(m *yamlcfg.Map, key string) {
+	items := m.List(key)
+	switch {
+	case !m.Has(key):
+		m.Errorf(key, "name the uplinks to spread over (via: [{dev: phy1, gateway: 10.0.1.2}, {dev: phy2, gateway: 10.0.2.2}])")
+	case len(items) < 2 && !m.Failed(key):
+		m.Errorf(key, "%d uplink given; spreading needs at least 2", len(items))
+	case len(items) > SpreadMaxUplinks:
+		m.Errorf(key, "%d uplinks given; at most %d are supported", len(items), SpreadMaxUplinks)
+	}
+	for _, it := range items {
+		if it.Map == nil {
+			// A bare device name: a point-to-point uplink.
+			if it.Scalar == "" || !spreadDevRE.MatchString(it.Scalar) {
+				m.ErrorAt(it.Node, it.Path, "an uplink is a mapping such as {dev: phy1, gateway: 10.0.1.2} (or a device name alone for a point-to-point link)")
 				continue
 			}
-			u := SpreadUplink{Dev: it.Map.String("dev", "")}
-			checkDev(it.Map, "dev", u.Dev, "uplink")
-			if it.Map.Has("gateway") {
-				g := it.Map.String("gateway", "")
-				a, err := netip.ParseAddr(g)
-				switch {
-				case it.Map.Failed("gateway"):
-				case err != nil:
-					it.Map.Errorf("gateway", "%q is not an IP address", g)
-				case !a.Is4():
-					it.Map.Errorf("gateway", "%s is not an IPv4 address (spreading is IPv4 only)", a)
-				default:
-					u.Gateway = a
+			v.uplinks = append(v.uplinks, SpreadUplink{Dev: it.Scalar})
+			v.where = append(v.where, it.Path)
+			v.say = append(v.say, func(format string, args ...any) { m.ErrorAt(it.Node, it.Path, format, args...) })
+			v.fixed = append(v.fixed, false)
+			continue
+		}
+		var u spreadUplinkConfig
+		yamlcfg.Decode(it.Map, &u)
+		up := SpreadUplink{Dev: u.Dev}
+		if it.Map.Has("gateway") && !it.Map.Failed("gateway") {
+			a, err := netip.ParseAddr(u.Gateway)
+			switch {
+			case err != nil:
+				it.Map.Errorf("gateway", "%q is not an IP address", u.Gateway)
+			case !a.Is4():
+				it.Map.Errorf("gateway", "%s is not an IPv4 address (spreading is IPv4 only)", a)
+			default:
+				up.Gateway = a
+			}
+		}
+		it.Map.Done()
+		mm := it.Map
+		v.uplinks = append(v.uplinks, up)
+		v.where = append(v.where, mm.Path()+".dev")
+		v.say = append(v.say, func(format string, args ...any) { mm.Errorf("dev", format, args...) })
+		v.fixed = append(v.fixed, true)
+	}
+}
+
+// spreadUplinkConfig is one uplink written as a mapping.
+type spreadUplinkConfig struct {
+	Dev     string `yaml:"dev"`
+	Gateway string `yaml:"gateway"`
+}
+
+// spreadMark is a packet mark above 0, in any base strconv reads (0x5350).
+type spreadMark uint32
+
+func (sm *spreadMark) DecodeField(m *yamlcfg.Map, key string) {
+	if !m.Has(key) {
+		return
+	}
+	s := m.String(key, "")
+	v, err := strconv.ParseUint(s, 0, 32)
+	switch {
+	case m.Failed(key):
+	case err != nil || v == 0:
+		m.Errorf(key, "%q is not a packet mark (a number above 0, e.g. 0x5350)", s)
+	default:
+		*sm = spreadMark(v)
+	}
+}
+
+func buildSpread(m *yamlcfg.Map, env Env) Policy {
+	cfg := SpreadConfig{MarkBase: SpreadDefaultMarkBase, TableBase: SpreadDefaultTableBase, Priority: SpreadDefaultPriority}
+	yamlcfg.Decode(m, &cfg)
+	p := &Spread{From: cfg.From, MarkBase: uint32(cfg.MarkBase), TableBase: cfg.TableBase, Priority: cfg.Priority,
+		Where: fmt.Sprintf("%s:%d: %s", m.File(), m.Line(), m.Path())}
+	used := map[string]string{} // device → the key that named it
+	// checkDev says what is wrong with a device named at where (by say).
+	checkDev := func(dev, what, where string, say func(string, ...any)) bool {
+		switch {
+		case dev == "":
+			say("name the %s device", what)
+		case !spreadDevRE.MatchString(dev):
+			say("%q is not a device name", dev)
+		case used[dev] != "":
+			say("device %s is named twice (also in %s): a device is either VM-facing (from) or an uplink (via), once", dev, used[dev])
+		default:
+			if env.Addrs != nil {
+				if _, ok := env.Addrs(dev); !ok {
+					say("this host has no device %s", dev)
+					return false
 				}
 			}
-			it.Map.Done()
+			used[dev] = where
+			return true
+		}
+		return false
+	}
+	if !m.Has("from") {
+		m.Errorf("from", "name the VM-facing devices whose VMs' subflows are spread (from: [vmbr0], a bridge or the VMs' tap/veth devices)")
+	}
+	for _, d := range p.From {
+		checkDev(d, "VM-facing", m.Path()+".from", func(f string, a ...any) { m.Errorf("from", f, a...) })
+	}
+	if m.Has("from") && len(p.From) == 0 && !m.Failed("from") {
+		m.Errorf("from", "name at least one VM-facing device")
+	}
+	for i, u := range cfg.Via.uplinks {
+		if checkDev(u.Dev, "uplink", cfg.Via.where[i], cfg.Via.say[i]) || cfg.Via.fixed[i] {
 			p.Via = append(p.Via, u)
 		}
-		if m.Has("mark_base") {
-			s := m.String("mark_base", "")
-			v, err := strconv.ParseUint(s, 0, 32)
-			switch {
-			case m.Failed("mark_base"):
-			case err != nil || v == 0:
-				m.Errorf("mark_base", "%q is not a packet mark (a number above 0, e.g. 0x5350)", s)
-			case v+uint64(len(p.Via)) > 1<<32-1:
-				m.Errorf("mark_base", "%s + %d uplinks does not fit in a 32-bit mark", s, len(p.Via))
-			default:
-				p.MarkBase = uint32(v)
-			}
+	}
+	if m.Has("mark_base") && !m.Failed("mark_base") && uint64(p.MarkBase)+uint64(len(p.Via)) > 1<<32-1 {
+		m.Errorf("mark_base", "%s + %d uplinks does not fit in a 32-bit mark", m.String("mark_base", ""), len(p.Via))
+	}
+	for i := range p.Via {
+		// 253–255 are the kernel's default, main and local tables.
+		if t := p.TableBase + i; t >= 253 && t <= 255 && !m.Failed("table_base") {
+			m.Errorf("table_base", "table %d (uplink %d) is one of the kernel's own tables (253 default, 254 main, 255 local)", t, i+1)
+			break
 		}
-		p.TableBase = m.Int("table_base", p.TableBase, 1, 1<<31-1-SpreadMaxUplinks)
-		for i := range p.Via {
-			// 253–255 are the kernel's default, main and local tables.
-			if t := p.TableBase + i; t >= 253 && t <= 255 && !m.Failed("table_base") {
-				m.Errorf("table_base", "table %d (uplink %d) is one of the kernel's own tables (253 default, 254 main, 255 local)", t, i+1)
-				break
-			}
-		}
-		// Below the main table's rule (32766), so that a marked packet
-		// takes its uplink's table first.
-		p.Priority = m.Int("priority", p.Priority, 1, 32765)
-		return p
-	})
+	}
+	return p
 }
 
 // Name is "spread".

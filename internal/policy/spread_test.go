@@ -20,7 +20,7 @@ func spreadEnv() Env {
 	return Env{Addrs: func(d string) ([]netip.Addr, bool) { a, ok := devs[d]; return a, ok }}
 }
 
-func buildSpread(t *testing.T, src string, env Env) (*Spread, error) {
+func spreadFrom(t *testing.T, src string, env Env) (*Spread, error) {
 	t.Helper()
 	m, err := yamlcfg.Parse("c.yaml", []byte(src))
 	if err != nil {
@@ -38,7 +38,7 @@ func buildSpread(t *testing.T, src string, env Env) (*Spread, error) {
 }
 
 func TestSpreadConfig(t *testing.T) {
-	p, err := buildSpread(t, `policies:
+	p, err := spreadFrom(t, `policies:
   - name: spread
     from: [vmbr0]
     via: [{dev: phy1, gateway: 10.250.1.2}, {dev: phy2, gateway: 10.250.2.2}, phy3]
@@ -69,7 +69,7 @@ func TestSpreadConfig(t *testing.T) {
 	}
 	// Defaults; a config checked off the host (a lab scenario) does not
 	// know its devices.
-	p, err = buildSpread(t, "policies: [{name: spread, from: [br9], via: [eth7, eth8]}]", Env{})
+	p, err = spreadFrom(t, "policies: [{name: spread, from: [br9], via: [eth7, eth8]}]", Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestSpreadConfigErrors(t *testing.T) {
 		"{name: spread, from: [vmbr0], " + via + ", uplinks: 2}":                           `c.yaml:1: policies[0].uplinks: unknown key "uplinks"`,
 	}
 	for src, want := range cases {
-		_, err := buildSpread(t, "policies: ["+src+"]", spreadEnv())
+		_, err := spreadFrom(t, "policies: ["+src+"]", spreadEnv())
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s:\n  err = %v\n  want %q", src, err, want)
 		}
@@ -110,7 +110,7 @@ func TestSpreadConfigErrors(t *testing.T) {
 	for i := 0; i < 17; i++ {
 		many = append(many, "phy1")
 	}
-	_, err := buildSpread(t, "policies: [{name: spread, from: [vmbr0], via: ["+strings.Join(many, ", ")+"]}]", Env{})
+	_, err := spreadFrom(t, "policies: [{name: spread, from: [vmbr0], via: ["+strings.Join(many, ", ")+"]}]", Env{})
 	if err == nil || !strings.Contains(err.Error(), "17 uplinks given; at most 16") {
 		t.Errorf("17 uplinks: %v", err)
 	}

@@ -23,16 +23,17 @@ type localAddr struct {
 }
 
 // ifaceFilter is an allow list and a deny list of interfaces (or
-// addresses). An empty allow list allows every interface.
+// addresses), the keys interfaces and exclude of the policies that open
+// subflows. An empty allow list allows every interface.
 type ifaceFilter struct {
-	Allow, Deny []string
+	Allow []string `yaml:"interfaces"`
+	Deny  []string `yaml:"exclude"`
 }
 
-// parseIfaceFilter reads the interfaces and exclude keys: names must be
-// interfaces of the host (when the host is known) and appear in one list
-// only.
-func parseIfaceFilter(m *yamlcfg.Map, env Env) ifaceFilter {
-	f := ifaceFilter{Allow: m.Strings("interfaces"), Deny: m.Strings("exclude")}
+// check says what is wrong with the lists as decoded from m: names must
+// be interfaces of the host (when the host is known) and appear in one
+// list only.
+func (f ifaceFilter) check(m *yamlcfg.Map, env Env) {
 	var known map[string][]netip.Addr
 	if env.Interfaces != nil {
 		known = env.Interfaces()
@@ -65,7 +66,6 @@ func parseIfaceFilter(m *yamlcfg.Map, env Env) ifaceFilter {
 			}
 		}
 	}
-	return f
 }
 
 // locals lists the local addresses the filter allows, in the allow list's
@@ -181,10 +181,11 @@ const (
 // the next try may start. Failures double the wait, from Backoff up to
 // MaxBackoff; a subflow that joins resets it.
 type opener struct {
-	Backoff, MaxBackoff time.Duration
+	Backoff    time.Duration `yaml:"backoff" above:"0s"`
+	MaxBackoff time.Duration `yaml:"max_backoff"`
 	// JoinTimeout: a subflow still joining after this long is given up
 	// (closed) and counts as a failure.
-	JoinTimeout time.Duration
+	JoinTimeout time.Duration `yaml:"join_timeout" above:"0s"`
 	conns       map[uint32]*openerConn
 }
 
@@ -219,19 +220,11 @@ func newOpener() opener {
 		conns: map[uint32]*openerConn{}}
 }
 
-// parseOpener reads backoff, max_backoff and join_timeout.
-func (o *opener) parse(m *yamlcfg.Map) {
-	o.Backoff = m.Duration("backoff", o.Backoff)
-	o.MaxBackoff = m.Duration("max_backoff", o.MaxBackoff)
-	o.JoinTimeout = m.Duration("join_timeout", o.JoinTimeout)
-	if o.Backoff <= 0 {
-		m.Errorf("backoff", "must be above 0s")
-	}
-	if o.MaxBackoff < o.Backoff {
+// check says what is wrong with the backoffs as decoded from m (the
+// bounds of each are its tags').
+func (o *opener) check(m *yamlcfg.Map) {
+	if o.MaxBackoff < o.Backoff && !m.Failed("backoff") {
 		m.Errorf("max_backoff", "%v is below backoff %v", o.MaxBackoff, o.Backoff)
-	}
-	if o.JoinTimeout <= 0 {
-		m.Errorf("join_timeout", "must be above 0s")
 	}
 }
 
