@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"mpsteer/internal/units"
 )
 
 // nested is depth levels of "k:" mappings, one per line, ending in a value.
@@ -127,6 +129,56 @@ func TestParseCostIsBounded(t *testing.T) {
 		Parse("f.yaml", []byte(src))
 		if d := time.Since(start); d > 3*time.Second {
 			t.Errorf("%s (%d bytes): %v", name, len(src), d)
+		}
+	}
+}
+
+func TestBoundedAccessors(t *testing.T) {
+	m, err := Parse("f.yaml", []byte("a: 2h\nb: 5s\nc: 1GiB\nd: 1MiB\ne: 20gbit\nf: 1gbit\ng: soon\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.DurationIn("a", 7, 0, time.Hour); got != 7 {
+		t.Errorf("a = %v, want the default", got)
+	}
+	if got := m.DurationIn("b", 0, 0, time.Hour); got != 5*time.Second {
+		t.Errorf("b = %v", got)
+	}
+	if got := m.SizeIn("c", 0, 1500, 256<<20); got != 0 {
+		t.Errorf("c = %v, want the default", got)
+	}
+	if got := m.SizeIn("d", 0, 1500, 256<<20); got != 1<<20 {
+		t.Errorf("d = %v", got)
+	}
+	if got := m.RateIn("e", 0, 0, 10*units.Gbit); got != 0 {
+		t.Errorf("e = %v, want the default", got)
+	}
+	if got := m.RateIn("f", 0, 0, 10*units.Gbit); got != units.Gbit {
+		t.Errorf("f = %v", got)
+	}
+	m.DurationIn("g", 0, 0, time.Hour)
+	if got := m.DurationIn("absent", 3, 0, time.Hour); got != 3 {
+		t.Errorf("absent = %v, want the default", got)
+	}
+	m.Done()
+	want := []string{
+		"f.yaml:1: a: 2h is out of range (valid: 0s to 1h)",
+		"f.yaml:3: c: 1GiB is out of range (valid: 1500B to 256MiB)",
+		"f.yaml:5: e: 20gbit is out of range (valid: 0bit to 10gbit)",
+		`f.yaml:7: g: duration "soon" is not valid`,
+	}
+	got := m.Err().Error()
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("missing %q in:\n%s", w, got)
+		}
+	}
+	if n := m.Errs().Count(); n != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", n, len(want), got)
+	}
+	for d, s := range map[time.Duration]string{time.Hour: "1h", 90 * time.Minute: "1h30m", 10 * time.Second: "10s", time.Millisecond: "1ms", 0: "0s", time.Hour + time.Second: "1h0m1s"} {
+		if got := FormatDuration(d); got != s {
+			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, s)
 		}
 	}
 }

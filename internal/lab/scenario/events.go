@@ -57,6 +57,8 @@ type eventContext struct {
 	// variant's daemon: may name.
 	tenants     *Tenants
 	daemonHosts []string
+	// plugins is mptcpd's plugins, once looked up (variants.go).
+	plugins *pluginList
 }
 
 // parseEvents reads the events under key. An event at or after the time
@@ -70,7 +72,7 @@ func parseEvents(m *yamlcfg.Map, key string, ec *eventContext) []Event {
 		}
 		e := it.Map
 		ev := Event{Line: e.Line()}
-		ev.At = e.Duration("at", 0)
+		ev.At = e.DurationIn("at", 0, 0, MaxRunTime)
 		switch {
 		case !e.Has("at"):
 			e.Errorf("at", "every event needs a time (at: 5s)")

@@ -68,11 +68,11 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 		}
 	}
 	if m.Has("delay") {
-		d := m.Duration("delay", 0)
+		d := m.DurationIn("delay", 0, 0, MaxDelay)
 		p.Delay = &d
 	}
 	if m.Has("jitter") {
-		d := m.Duration("jitter", 0)
+		d := m.DurationIn("jitter", 0, 0, MaxDelay)
 		p.Jitter = &d
 	}
 	if m.Has("loss") {
@@ -84,8 +84,8 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 		if m.Failed("queue") {
 			// Reported already.
 		} else if n, ok := parsePackets(s); ok {
-			if n <= 0 {
-				m.Errorf("queue", "must hold at least 1 packet")
+			if n <= 0 || n > MaxQueuePackets {
+				m.Errorf("queue", "%s is out of range (valid: 1pkt to %dpkt, or %s to %s)", s, MaxQueuePackets, units.Size(1500), MaxQueueBytes)
 			}
 			p.QueuePackets = &n
 			zero := units.Size(0)
@@ -96,21 +96,27 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 				m.Errorf("queue", "%q is not a queue size (write bytes such as 64KiB or packets such as 100pkt)", s)
 			} else if b < 1500 {
 				m.Errorf("queue", "%s cannot hold one full-size packet (1500B)", b)
+			} else if b > MaxQueueBytes {
+				m.Errorf("queue", "%s is out of range (valid: %s to %s, or 1pkt to %dpkt)", s, units.Size(1500), MaxQueueBytes, MaxQueuePackets)
 			}
 			p.QueueBytes = &b
 		}
 	}
 	if m.Has("outage") {
 		p.SetOutages = true
-		for _, it := range m.List("outage") {
+		items := m.List("outage")
+		if len(items) > MaxOutages {
+			m.Errorf("outage", "%d outage schedules given; at most %d per link are supported", len(items), MaxOutages)
+		}
+		for _, it := range items {
 			if it.Map == nil {
 				m.ErrorAt(it.Node, it.Path, "an outage is a mapping such as {at: 5s, for: 5s, every: 10s}")
 				continue
 			}
 			o := linkemu.Outage{
-				At:    it.Map.Duration("at", 0),
-				For:   it.Map.Duration("for", 0),
-				Every: it.Map.Duration("every", 0),
+				At:    it.Map.DurationIn("at", 0, 0, MaxRunTime),
+				For:   it.Map.DurationIn("for", 0, 0, MaxRunTime),
+				Every: it.Map.DurationIn("every", 0, 0, MaxRunTime),
 			}
 			if o.For <= 0 && !it.Map.Failed("for") {
 				it.Map.Errorf("for", "an outage needs a length above 0s")

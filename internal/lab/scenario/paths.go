@@ -37,6 +37,9 @@ type Path struct {
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,14}$`)
 
+// ccRE is a congestion control's name (a host's or a VM's cc).
+var ccRE = regexp.MustCompile(`^[a-z0-9_]+$`)
+
 func parseHost(hosts *yamlcfg.Map, name string) Host {
 	h := Host{Name: name}
 	if hosts == nil {
@@ -47,11 +50,11 @@ func parseHost(hosts *yamlcfg.Map, name string) Host {
 		return h
 	}
 	h.CC = hm.String("cc", "")
-	if h.CC != "" && !regexp.MustCompile(`^[a-z0-9_]+$`).MatchString(h.CC) {
+	if h.CC != "" && !ccRE.MatchString(h.CC) {
 		hm.Errorf("cc", "%q is not a congestion control name (e.g. bbr, cubic, reno)", h.CC)
 	}
-	h.Rmem = hm.Size("rmem", 0)
-	h.Wmem = hm.Size("wmem", 0)
+	h.Rmem = hm.SizeIn("rmem", 0, 0, MaxSocketBuffer)
+	h.Wmem = hm.SizeIn("wmem", 0, 0, MaxSocketBuffer)
 	hm.Done()
 	return h
 }

@@ -122,7 +122,11 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 	}
 
 	trafficErrs := m.Errs().Count()
-	for _, it := range m.List("traffic") {
+	titems := m.List("traffic")
+	if len(titems) > MaxTraffic {
+		m.Errorf("traffic", "%d traffic generators given; at most %d are supported", len(titems), MaxTraffic)
+	}
+	for _, it := range titems {
 		if it.Map == nil {
 			m.ErrorAt(it.Node, it.Path, "traffic is a mapping such as {type: bulk, duration: 10s}")
 			continue
@@ -146,6 +150,9 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 	s.Events = parseEvents(m, "events", ec)
 
 	vitems := m.List("variants")
+	if len(vitems) > MaxVariants {
+		m.Errorf("variants", "%d variants given; at most %d are supported (each is a run of its own)", len(vitems), MaxVariants)
+	}
 	if len(vitems) == 0 {
 		s.Variants = []*Variant{{Name: "tcp", Kind: KindTCP}, {Name: "mptcp", Kind: KindMPTCP}}
 	}

@@ -65,10 +65,10 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 	if tr.Kind == "" && !t.Has("type") {
 		t.Errorf("type", "every traffic entry needs a type (valid: bulk, flows, udp-flood)")
 	}
-	tr.Start = t.Duration("start", 0)
+	tr.Start = t.DurationIn("start", 0, 0, MaxRunTime)
 	switch tr.Kind {
 	case Bulk:
-		tr.Duration = t.Duration("duration", 0)
+		tr.Duration = t.DurationIn("duration", 0, 0, MaxRunTime)
 		tr.Size = t.Size("size", 0)
 		if tr.Duration == 0 && tr.Size == 0 && !t.Failed("duration") && !t.Failed("size") {
 			t.Errorf("duration", "a bulk transfer needs a duration, a size, or both (it stops at the first reached)")
@@ -76,7 +76,11 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
 		tr.Streams = t.Int("streams", 1, 1, MaxStreams)
 	case Flows:
-		for _, s := range t.Strings("sizes") {
+		sizes := t.Strings("sizes")
+		if len(sizes) > MaxFlowSizes {
+			t.Errorf("sizes", "%d sizes given; at most %d are supported", len(sizes), MaxFlowSizes)
+		}
+		for _, s := range sizes {
 			sz, err := units.ParseSize(s)
 			if err != nil {
 				t.Errorf("sizes", "%v", err)
@@ -100,8 +104,8 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 		if len(tr.Weights) > 0 && len(tr.Weights) != len(tr.Sizes) {
 			t.Errorf("weights", "%d weights for %d sizes", len(tr.Weights), len(tr.Sizes))
 		}
-		tr.Count = t.Int("count", 10, 1, 1000000)
-		tr.Interval = t.Duration("interval", 100*time.Millisecond)
+		tr.Count = t.Int("count", 10, 1, MaxFlows)
+		tr.Interval = t.DurationIn("interval", 100*time.Millisecond, MinFlowInterval, MaxRunTime)
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
 	case UDPFlood:
 		tr.Path = t.String("path", "")
@@ -116,16 +120,22 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 		case !paths[tr.Path]:
 			t.Errorf("path", "%q is not a path of this scenario", tr.Path)
 		}
-		tr.Start = t.Duration("from", tr.Start)
-		tr.Stop = t.Duration("to", 0)
+		tr.Start = t.DurationIn("from", tr.Start, 0, MaxRunTime)
+		tr.Stop = t.DurationIn("to", 0, 0, MaxRunTime)
 		if tr.Stop <= tr.Start && !t.Failed("to") && !t.Failed("from") && !t.Failed("start") {
 			t.Errorf("to", "the flood must end (to) after it starts (from)")
 		}
-		tr.Rate = t.Rate("rate", 0)
+		tr.Rate = t.RateIn("rate", 0, 1, MaxFloodRate)
 		if tr.Rate == 0 && !t.Failed("rate") {
 			t.Errorf("rate", "a UDP flood needs a rate, e.g. 400mbit")
 		}
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
+	}
+	// Each time is within MaxRunTime; a generator's end may still lie
+	// beyond it (start plus duration, or count × interval).
+	endKey := map[TrafficKind]string{Bulk: "duration", Flows: "count", UDPFlood: "to"}[tr.Kind]
+	if end := tr.End(); end > MaxRunTime && !t.Failed(endKey) {
+		t.Errorf(endKey, "the generator would end at %s, after the longest run (%s)", yamlcfg.FormatDuration(end), yamlcfg.FormatDuration(MaxRunTime))
 	}
 	if tr.Kind != "" {
 		// Without a valid type, which keys are valid is unknown: the type's

@@ -93,7 +93,7 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 		// Reported already.
 	} else if v.Name == "" {
 		vm.Errorf("name", "every variant needs a name")
-	} else if !regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*$`).MatchString(v.Name) {
+	} else if !variantNameRE.MatchString(v.Name) {
 		vm.Errorf("name", "%q is not a valid variant name (letters, digits, '+', '.', '_', '-'; it names a directory)", v.Name)
 	}
 	def := string(KindMPTCP)
@@ -158,6 +158,8 @@ func parseVariant(m *yamlcfg.Map, it yamlcfg.Item, ec *eventContext) *Variant {
 
 var pluginRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 
+var variantNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9+._-]*$`)
+
 // parseVariantPM reads spread, path_manager and mptcpd.
 func parseVariantPM(vm *yamlcfg.Map, v *Variant, ec *eventContext) {
 	if vm.Has("spread") {
@@ -216,11 +218,29 @@ func parseVariantPM(vm *yamlcfg.Map, v *Variant, ec *eventContext) {
 		case explicit["client"] && v.PathManager["client"] != PMUserspace:
 			vm.Errorf("mptcpd", "mptcpd is a userspace path manager, but the client's path_manager is %s (leave it out or make it userspace)", v.PathManager["client"])
 		default:
-			if avail, dir, ok := mptcpdPlugins(); ok && !slices.Contains(avail, v.Mptcpd) {
+			if avail, dir, ok := ec.mptcpdPlugins(); ok && !slices.Contains(avail, v.Mptcpd) {
 				vm.Errorf("mptcpd", "mptcpd has no plugin %q in %s (plugins: %s)", v.Mptcpd, dir, strings.Join(avail, ", "))
 			}
 		}
 	}
+}
+
+// mptcpdPlugins lists mptcpd's plugins, looked up once per scenario
+// (each lookup globs and reads directories).
+func (ec *eventContext) mptcpdPlugins() (names []string, dir string, ok bool) {
+	if ec.plugins == nil {
+		p := &pluginList{}
+		p.names, p.dir, p.ok = mptcpdPlugins()
+		ec.plugins = p
+	}
+	return ec.plugins.names, ec.plugins.dir, ec.plugins.ok
+}
+
+// pluginList is what mptcpdPlugins found.
+type pluginList struct {
+	names []string
+	dir   string
+	ok    bool
 }
 
 // mptcpdPlugins lists the plugins in the first plugin directory found.
