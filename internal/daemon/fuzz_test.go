@@ -3,13 +3,25 @@ package daemon
 import (
 	"bytes"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"mpsteer/internal/api"
 	"mpsteer/internal/policy"
 )
 
-// Any bytes as a daemon config: an error naming the file, or a config.
+// parseDeadline is how long one parse may take before the fuzz target
+// fails with the input: a config within yamlcfg's bounds parses in
+// milliseconds, so only an input that stalls the parser gets near it.
+const parseDeadline = 5 * time.Second
+
+// Any bytes as a daemon config: an error naming the file, or a config, and
+// never a parse that does not return. testdata/fuzz/FuzzParseConfig holds
+// the inputs that cost the parser most before yamlcfg bounded them.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("interval: 100ms\npolicies:\n  - {name: prefer, paths: [wlan0]}\n  - {name: dynthresh}\n"))
 	f.Add([]byte("policies: [{name: fullmesh, subflows_per_pair: 4, interfaces: [a], exclude: [b]}]"))
@@ -18,7 +30,22 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("chains: [{dev: eth0, hook: ingress, select: 'type(data-ack)', act: set_backup}]"))
 	f.Add([]byte("interval: 1ms\nbackup_via: magic"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cfg, err := ParseConfig("c.yaml", b, policy.Env{})
+		type result struct {
+			cfg *Config
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			cfg, err := ParseConfig("c.yaml", b, policy.Env{})
+			done <- result{cfg, err}
+		}()
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(parseDeadline):
+			t.Fatalf("ParseConfig did not return within %v on %q", parseDeadline, b)
+		}
+		cfg, err := r.cfg, r.err
 		if err != nil && !bytes.Contains([]byte(err.Error()), []byte("c.yaml")) {
 			t.Fatalf("error without the file name: %v", err)
 		}
@@ -40,4 +67,43 @@ func FuzzDecodeRequest(f *testing.F) {
 		var p api.PreferRequest
 		decode(httptest.NewRequest("POST", "/v1/prefer", bytes.NewReader(b)), &p)
 	})
+}
+
+// The inputs in testdata/fuzz/FuzzParseConfig, with the error each must
+// give: the same class that stalled the scenario parser (aliases walked as
+// copies, nesting), refused by yamlcfg before the config is read.
+func TestParseConfigRefusesCostlyInputs(t *testing.T) {
+	want := map[string]string{
+		// 320 aliases of a policy whose paths are 320 aliases: 180 ms
+		// before yamlcfg counted aliases as copies, and quadratic in the
+		// file's length (12 KB took 4.8 s).
+		"alias-bomb":              "c.yaml:4: policies[305]: alias *p makes the document more than 100000 values long",
+		"alias-inside-its-anchor": "c.yaml:1: policies[0].paths: alias *p is inside the value anchored &p",
+		"deep-nesting":            "c.yaml:1: policies[0].paths" + strings.Repeat("[0]", 61) + ": mappings and lists are nested deeper than 64 levels",
+	}
+	files, _ := filepath.Glob("testdata/fuzz/FuzzParseConfig/*")
+	if len(files) != len(want) {
+		t.Errorf("%d inputs in testdata/fuzz/FuzzParseConfig, %d here", len(files), len(want))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			head, lit, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+			src, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lit, "[]byte("), ")"))
+			if head != "go test fuzz v1" || err != nil {
+				t.Fatalf("%s is not a go test fuzz v1 file of one []byte: %v", f, err)
+			}
+			_, err = ParseConfig("c.yaml", []byte(src), policy.Env{})
+			w, ok := want[filepath.Base(f)]
+			switch {
+			case !ok:
+				t.Fatalf("no expectation for %s", f)
+			case err == nil || !strings.Contains(err.Error(), w):
+				t.Fatalf("got %v\nwant an error containing %q", err, w)
+			}
+		})
+	}
 }
