@@ -10,22 +10,24 @@ import (
 	"mpsteer/internal/lab/scenario"
 )
 
-// TestMain gives the fuzzer a minimization budget of 1 s per input unless
-// -fuzzminimizetime is given. When fuzzing finds an input that reaches new
-// code, a worker minimizes it before it fuzzes on; go test's minimizer
+// TestMain turns the fuzzer's minimization off unless -fuzzminimizetime
+// is given (give it, e.g. 60s, to have new and failing inputs minimized as
+// go test does by default). When fuzzing finds an input that reaches new
+// code, a worker minimizes it before it fuzzes on: go test's minimizer
 // tries removing every span of the input, a number of parses quadratic in
 // its length, for up to -fuzzminimizetime (60 s by default), and reports
 // the parses it made only when it is done. The seed scenarios are 0.5 to
 // 3 KB, so every new input held a worker for the whole minute: with both
 // workers minimizing, `go test -fuzz` logged 0 execs a second to the end
-// of the run (and passed). In 1 s the cheap passes (cutting the tail,
-// dropping single bytes) still run.
+// of the run (and passed). Capped at 1 s, minimizing still took most of
+// the run: in 30 s on a busy machine about 50 000 inputs ran and 80 new
+// ones were kept, against 170 000 and 590 without it.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.fuzzminimizetime" })
 	if !given {
-		flag.Set("test.fuzzminimizetime", "1s")
+		flag.Set("test.fuzzminimizetime", "0s")
 	}
 	os.Exit(m.Run())
 }
