@@ -171,8 +171,12 @@ func (p *Progress) Problems(stall time.Duration, minExecs int64) []string {
 type Options struct {
 	Go       string // the go command
 	FuzzTime string // as go test's -fuzztime
-	MinExecs int64
-	Stall    time.Duration
+	// MinimizeTime is go test's -fuzzminimizetime. A worker minimizing a
+	// new input reports nothing until it is done, which reads as a stall,
+	// and the time is taken from fuzzing: 0s turns it off.
+	MinimizeTime string
+	MinExecs     int64
+	Stall        time.Duration
 	// Grace is how long after FuzzTime a target may take to build and
 	// stop before it is killed.
 	Grace time.Duration
@@ -194,7 +198,11 @@ func Run(ctx context.Context, t Target, o Options, out io.Writer) Result {
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, o.Go, "test", "-run", "^$", "-fuzz", "^"+t.Name+"$", "-fuzztime", o.FuzzTime, "./"+filepath.ToSlash(t.Dir))
+	args := []string{"test", "-run", "^$", "-fuzz", "^" + t.Name + "$", "-fuzztime", o.FuzzTime}
+	if o.MinimizeTime != "" {
+		args = append(args, "-fuzzminimizetime", o.MinimizeTime)
+	}
+	cmd := exec.CommandContext(ctx, o.Go, append(args, "./"+filepath.ToSlash(t.Dir))...)
 	// go test, the test binary and its fuzz workers are one process group,
 	// stopped together.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -265,6 +273,7 @@ func envOr(key, def string) string {
 func main() {
 	o := Options{Go: envOr("GO", "go"), Grace: 5 * time.Minute}
 	flag.StringVar(&o.FuzzTime, "fuzztime", envOr("FUZZTIME", "30s"), "how long to fuzz each target (go test -fuzztime)")
+	flag.StringVar(&o.MinimizeTime, "minimizetime", envOr("FUZZ_MINIMIZETIME", "0s"), "go test -fuzzminimizetime: how long to minimize each new or failing input (0s: not at all; go test's default is 60s)")
 	minExecs, err := strconv.ParseInt(envOr("FUZZ_MIN_EXECS", "1000"), 10, 64)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fuzzrun: FUZZ_MIN_EXECS=%q is not a whole number\n", os.Getenv("FUZZ_MIN_EXECS"))

@@ -128,7 +128,7 @@ func TestRunAllCatchesStallsAndSlowTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	o := Options{Go: gobin, FuzzTime: "10s", MinExecs: 1000, Stall: 5 * time.Second, Grace: 3 * time.Minute}
+	o := Options{Go: gobin, FuzzTime: "10s", MinimizeTime: "0s", MinExecs: 1000, Stall: 5 * time.Second, Grace: 3 * time.Minute}
 	err = RunAll(context.Background(), targets, o, &out)
 	t.Log(out.String())
 	if err == nil {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"flag"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -13,6 +14,20 @@ import (
 	"mpsteer/internal/api"
 	"mpsteer/internal/policy"
 )
+
+// TestMain turns the fuzzer's minimization off unless -fuzzminimizetime
+// is given, as internal/lab/scenario's does: a worker minimizing a new
+// input reports nothing until it is done, up to a minute, and both targets
+// here logged 0 execs a second for 12 s and more while one was at it.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.fuzzminimizetime" })
+	if !given {
+		flag.Set("test.fuzzminimizetime", "0s")
+	}
+	os.Exit(m.Run())
+}
 
 // parseDeadline is how long one parse may take before the fuzz target
 // fails with the input: a config within yamlcfg's bounds parses in
