@@ -148,8 +148,8 @@ func parseTenants(m *yamlcfg.Map, dir string) *Tenants {
 		m.Errorf("vms", "a tenants world needs at least two VMs (the measured pair), e.g. vms: [{name: vm1, on: hv1}, {name: vm2, on: hv2}]")
 	}
 	if len(vms) > 2*MaxVMsPerHost {
-		// Every VM is a host a variant's daemon: may name, looked up
-		// for each: the rest are not read.
+		// Every VM is a host that each variant's daemon: section is
+		// searched for, so the VMs past the bound are not read.
 		m.Errorf("vms", "%d VMs given; at most %d are supported (%d on each hypervisor)", len(vms), 2*MaxVMsPerHost, MaxVMsPerHost)
 		vms = vms[:2*MaxVMsPerHost]
 	}
