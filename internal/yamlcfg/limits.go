@@ -32,9 +32,11 @@ const (
 	MaxErrors = 100
 )
 
-// readBounded reads at most MaxDocumentBytes+1 bytes of file, so that a
-// device or a huge file is refused without reading all of it.
-func readBounded(file string) ([]byte, error) {
+// ReadFile reads at most MaxDocumentBytes+1 bytes of file, so that a
+// device or a huge file is refused by Parse without being read whole
+// (os.ReadFile of /dev/zero never returns). Callers that read a file
+// themselves before Parse use it in place of os.ReadFile.
+func ReadFile(file string) ([]byte, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, err

@@ -69,7 +69,7 @@ func newMap(file, path string, node *yaml.Node, errs *Errors) *Map {
 // ParseFile reads and parses a YAML file. The returned Map is the document's
 // top-level mapping; an empty file gives an empty mapping.
 func ParseFile(file string) (*Map, error) {
-	data, err := readBounded(file)
+	data, err := ReadFile(file)
 	if err != nil {
 		return nil, err
 	}

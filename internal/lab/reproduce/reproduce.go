@@ -53,7 +53,7 @@ var metricRe = regexp.MustCompile(`^(goodput_mbit|retransmits|bytes|duration_s|f
 
 // Load reads a papers file; every problem names the file, line and key.
 func Load(file string) (*Papers, error) {
-	data, err := os.ReadFile(file)
+	data, err := yamlcfg.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
