@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,6 +11,7 @@ import (
 	"mpsteer/internal/api"
 	"mpsteer/internal/config"
 	"mpsteer/internal/daemon"
+	"mpsteer/internal/yamlcfg"
 )
 
 func init() {
@@ -207,7 +207,7 @@ func policyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			data, err := os.ReadFile(file)
+			data, err := yamlcfg.ReadFile(file)
 			if err != nil {
 				return err
 			}

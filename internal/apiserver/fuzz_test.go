@@ -3,10 +3,17 @@ package apiserver
 import (
 	"bytes"
 	"net/http/httptest"
+	"os"
 	"testing"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/testutil"
 )
+
+// TestMain: the fuzz target here runs without minimization by default
+// (testutil.FuzzMain says why; this one went 12 s without a reported input
+// while a worker minimized).
+func TestMain(m *testing.M) { os.Exit(testutil.FuzzMain(m)) }
 
 // The API's request decoder takes what any local root client sends.
 func FuzzDecodeRequest(f *testing.F) {

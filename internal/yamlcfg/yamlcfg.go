@@ -10,7 +10,6 @@ package yamlcfg
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,17 +23,29 @@ import (
 // Errors collects every problem found in one document.
 type Errors struct {
 	list []error
+	// more counts the problems beyond the first MaxErrors, which are not
+	// kept: a file with a mistake on every line gets a bounded report.
+	more int
 }
 
-func (e *Errors) add(err error) { e.list = append(e.list, err) }
+func (e *Errors) add(err error) {
+	if len(e.list) < MaxErrors {
+		e.list = append(e.list, err)
+		return
+	}
+	e.more++
+}
 
 // Count is how many problems have been recorded so far.
-func (e *Errors) Count() int { return len(e.list) }
+func (e *Errors) Count() int { return len(e.list) + e.more }
 
 // Err returns nil or all problems joined, one per line.
 func (e *Errors) Err() error {
 	if len(e.list) == 0 {
 		return nil
+	}
+	if e.more > 0 {
+		return errors.Join(append(e.list[:len(e.list):len(e.list)], fmt.Errorf("(%d more problems not shown)", e.more))...)
 	}
 	return errors.Join(e.list...)
 }
@@ -58,15 +69,20 @@ func newMap(file, path string, node *yaml.Node, errs *Errors) *Map {
 // ParseFile reads and parses a YAML file. The returned Map is the document's
 // top-level mapping; an empty file gives an empty mapping.
 func ParseFile(file string) (*Map, error) {
-	data, err := os.ReadFile(file)
+	data, err := ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
 	return Parse(file, data)
 }
 
-// Parse parses YAML text that came from file (used in messages only).
+// Parse parses YAML text that came from file (used in messages only). A
+// document beyond the bounds of limits.go is refused whole, before any
+// caller walks it.
 func Parse(file string, data []byte) (*Map, error) {
+	if err := checkSize(file, data); err != nil {
+		return nil, err
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %v", file, strings.TrimPrefix(err.Error(), "yaml: "))
@@ -75,6 +91,9 @@ func Parse(file string, data []byte) (*Map, error) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		empty := &yaml.Node{Kind: yaml.MappingNode, Line: 1}
 		return newMap(file, "", empty, errs), nil
+	}
+	if err := checkCost(file, doc.Content[0]); err != nil {
+		return nil, err
 	}
 	root := resolve(doc.Content[0])
 	if root.Kind != yaml.MappingNode {

@@ -73,7 +73,7 @@ var quoteID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 
 // Load reads a papers file; every problem names the file, line and key.
 func Load(file string) (*Papers, error) {
-	data, err := os.ReadFile(file)
+	data, err := yamlcfg.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}

@@ -147,6 +147,12 @@ func parseTenants(m *yamlcfg.Map, dir string) *Tenants {
 	if len(vms) < 2 && !m.Failed("vms") {
 		m.Errorf("vms", "a tenants world needs at least two VMs (the measured pair), e.g. vms: [{name: vm1, on: hv1}, {name: vm2, on: hv2}]")
 	}
+	if len(vms) > 2*MaxVMsPerHost {
+		// Every VM is a host that each variant's daemon: section is
+		// searched for, so the VMs past the bound are not read.
+		m.Errorf("vms", "%d VMs given; at most %d are supported (%d on each hypervisor)", len(vms), 2*MaxVMsPerHost, MaxVMsPerHost)
+		vms = vms[:2*MaxVMsPerHost]
+	}
 	for _, it := range vms {
 		if it.Map == nil {
 			m.ErrorAt(it.Node, it.Path, "a VM is a mapping such as {name: vm1, on: hv1}")
@@ -183,11 +189,11 @@ func parseTenants(m *yamlcfg.Map, dir string) *Tenants {
 			}
 		}
 		v.CC = vm.String("cc", "")
-		if v.CC != "" && !regexp.MustCompile(`^[a-z0-9_]+$`).MatchString(v.CC) {
+		if v.CC != "" && !ccRE.MatchString(v.CC) {
 			vm.Errorf("cc", "%q is not a congestion control name (e.g. bbr, cubic, reno)", v.CC)
 		}
-		v.Rmem = vm.Size("rmem", 0)
-		v.Wmem = vm.Size("wmem", 0)
+		v.Rmem = vm.SizeIn("rmem", 0, 0, MaxSocketBuffer)
+		v.Wmem = vm.SizeIn("wmem", 0, 0, MaxSocketBuffer)
 		vm.Done()
 		t.VMs = append(t.VMs, v)
 	}

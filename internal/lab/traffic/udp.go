@@ -71,7 +71,9 @@ func (f *Flood) Run(ctx context.Context) error {
 	begin := Now()
 	for Now() < f.Stop && ctx.Err() == nil {
 		due := int64(perSec * (Now() - begin).Seconds())
-		for f.Sent < due {
+		// A rate faster than the socket sends is never caught up with:
+		// the round ends at Stop all the same.
+		for f.Sent < due && Now() < f.Stop {
 			if _, err := src.WriteToUDPAddrPort(payload, dst); err != nil {
 				break // a full socket buffer: the link is saturated anyway
 			}

@@ -1,0 +1,146 @@
+package scenario
+
+import (
+	"strconv"
+	"time"
+
+	"mpsteer/internal/units"
+	"mpsteer/internal/yamlcfg"
+)
+
+// TrafficKind names a traffic generator.
+type TrafficKind string
+
+const (
+	Bulk     TrafficKind = "bulk"
+	Flows    TrafficKind = "flows"
+	UDPFlood TrafficKind = "udp-flood"
+)
+
+// Traffic is one generator.
+type Traffic struct {
+	Kind  TrafficKind
+	Start time.Duration
+	// Bulk: stops at Duration or after Size bytes, whichever comes first.
+	Duration time.Duration
+	Size     units.Size
+	// Upload (client → server) or not.
+	Upload bool
+	// Bulk: concurrent connections (1 to MaxStreams).
+	Streams int
+	// Flows: sizes drawn with weights, Count flows started every Interval.
+	Sizes    []units.Size
+	Weights  []float64
+	Count    int
+	Interval time.Duration
+	// UDP flood: on Path, from Start to Stop, at Rate.
+	Path string
+	// Pair is the client and server VM of a tenants world (default: the
+	// measured pair).
+	Pair [2]string
+	Stop time.Duration
+	Rate units.Rate
+	Line int
+}
+
+// End is when the generator stops (0 = unknown, size-bound).
+func (t Traffic) End() time.Duration {
+	switch t.Kind {
+	case Bulk:
+		if t.Duration > 0 {
+			return t.Start + t.Duration
+		}
+	case Flows:
+		return t.Start + time.Duration(t.Count)*t.Interval
+	case UDPFlood:
+		return t.Stop
+	}
+	return 0
+}
+
+func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
+	tr := Traffic{Line: t.Line()}
+	tr.Pair = parsePair(t, tn)
+	tr.Kind = TrafficKind(t.Enum("type", "", string(Bulk), string(Flows), string(UDPFlood)))
+	if tr.Kind == "" && !t.Has("type") {
+		t.Errorf("type", "every traffic entry needs a type (valid: bulk, flows, udp-flood)")
+	}
+	tr.Start = t.DurationIn("start", 0, 0, MaxRunTime)
+	switch tr.Kind {
+	case Bulk:
+		tr.Duration = t.DurationIn("duration", 0, 0, MaxRunTime)
+		tr.Size = t.Size("size", 0)
+		if tr.Duration == 0 && tr.Size == 0 && !t.Failed("duration") && !t.Failed("size") {
+			t.Errorf("duration", "a bulk transfer needs a duration, a size, or both (it stops at the first reached)")
+		}
+		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
+		tr.Streams = t.Int("streams", 1, 1, MaxStreams)
+	case Flows:
+		sizes := t.Strings("sizes")
+		if len(sizes) > MaxFlowSizes {
+			t.Errorf("sizes", "%d sizes given; at most %d are supported", len(sizes), MaxFlowSizes)
+		}
+		for _, s := range sizes {
+			sz, err := units.ParseSize(s)
+			if err != nil {
+				t.Errorf("sizes", "%v", err)
+				continue
+			}
+			if sz <= 0 {
+				t.Errorf("sizes", "flow sizes must be above 0B")
+			}
+			tr.Sizes = append(tr.Sizes, sz)
+		}
+		if len(tr.Sizes) == 0 && !t.Failed("sizes") {
+			t.Errorf("sizes", "short flows need a list of sizes, e.g. [10KiB, 100KiB, 1MiB]")
+		}
+		for _, w := range t.Strings("weights") {
+			f, err := strconv.ParseFloat(w, 64)
+			if err != nil || f < 0 {
+				t.Errorf("weights", "%q is not a weight (a number 0 or above)", w)
+			}
+			tr.Weights = append(tr.Weights, f)
+		}
+		if len(tr.Weights) > 0 && len(tr.Weights) != len(tr.Sizes) {
+			t.Errorf("weights", "%d weights for %d sizes", len(tr.Weights), len(tr.Sizes))
+		}
+		tr.Count = t.Int("count", 10, 1, MaxFlows)
+		tr.Interval = t.DurationIn("interval", 100*time.Millisecond, MinFlowInterval, MaxRunTime)
+		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
+	case UDPFlood:
+		tr.Path = t.String("path", "")
+		switch {
+		case t.Failed("path"):
+		case tn != nil:
+			if tr.Path != "" {
+				t.Errorf("path", "a tenants world has no paths: a flood runs between a VM pair (pair: [vm3, vm4], default the measured pair)")
+			}
+		case tr.Path == "":
+			t.Errorf("path", "a UDP flood needs the path it floods (path: NAME)")
+		case !paths[tr.Path]:
+			t.Errorf("path", "%q is not a path of this scenario", tr.Path)
+		}
+		tr.Start = t.DurationIn("from", tr.Start, 0, MaxRunTime)
+		tr.Stop = t.DurationIn("to", 0, 0, MaxRunTime)
+		if tr.Stop <= tr.Start && !t.Failed("to") && !t.Failed("from") && !t.Failed("start") {
+			t.Errorf("to", "the flood must end (to) after it starts (from)")
+		}
+		tr.Rate = t.RateIn("rate", 0, 1, MaxFloodRate)
+		if tr.Rate == 0 && !t.Failed("rate") {
+			t.Errorf("rate", "a UDP flood needs a rate, e.g. 400mbit")
+		}
+		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
+	}
+	// Each time is within MaxRunTime; a generator's end may still lie
+	// beyond it (start plus duration, or count × interval).
+	endKey := map[TrafficKind]string{Bulk: "duration", Flows: "count", UDPFlood: "to"}[tr.Kind]
+	if end := tr.End(); end > MaxRunTime && !t.Failed(endKey) {
+		t.Errorf(endKey, "the generator would end at %s, after the longest run (%s)", yamlcfg.FormatDuration(end), yamlcfg.FormatDuration(MaxRunTime))
+	}
+	if tr.Kind != "" {
+		// Without a valid type, which keys are valid is unknown: the type's
+		// own error is the one to fix first.
+		t.Done()
+	}
+	return tr
+}
