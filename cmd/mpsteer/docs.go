@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"mpsteer/internal/docs"
-	"mpsteer/internal/lab/labdata"
+	"mpsteer/internal/docs/legacy"
 )
 
 func init() { extraCommands = append(extraCommands, docsCmd) }
@@ -93,7 +93,7 @@ func docsLegacyCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			site := docs.Default(root)
-			mf, err := labdata.LoadManifest(filepath.Join(root, site.Legacy))
+			mf, err := legacy.LoadManifest(filepath.Join(root, site.Legacy))
 			if err != nil {
 				return err
 			}

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"mpsteer/internal/lab/labdata"
+	"mpsteer/internal/docs/legacy"
 	"mpsteer/internal/lab/reproduce"
 )
 
@@ -190,7 +190,7 @@ func (st *site) checkLegacy() []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	mf, err := labdata.ParseManifest(st.Legacy, b)
+	mf, err := legacy.ParseManifest(st.Legacy, b)
 	if err != nil {
 		return []string{err.Error()}
 	}
