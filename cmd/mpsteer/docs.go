@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -101,12 +102,7 @@ func docsLegacyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var rels []string
-			for rel := range out {
-				rels = append(rels, rel)
-			}
-			sort.Strings(rels)
-			for _, rel := range rels {
+			for _, rel := range slices.Sorted(maps.Keys(out)) {
 				p := filepath.Join(root, site.Data, rel)
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 					return err
