@@ -2,14 +2,15 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/spf13/cobra"
 
 	"mpsteer/internal/docs"
-	"mpsteer/internal/lab/labdata"
+	"mpsteer/internal/docs/legacy"
 )
 
 func init() { extraCommands = append(extraCommands, docsCmd) }
@@ -93,7 +94,7 @@ func docsLegacyCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			site := docs.Default(root)
-			mf, err := labdata.LoadManifest(filepath.Join(root, site.Legacy))
+			mf, err := legacy.LoadManifest(filepath.Join(root, site.Legacy))
 			if err != nil {
 				return err
 			}
@@ -101,12 +102,7 @@ func docsLegacyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var rels []string
-			for rel := range out {
-				rels = append(rels, rel)
-			}
-			sort.Strings(rels)
-			for _, rel := range rels {
+			for _, rel := range slices.Sorted(maps.Keys(out)) {
 				p := filepath.Join(root, site.Data, rel)
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 					return err

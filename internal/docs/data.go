@@ -10,8 +10,9 @@ import (
 	"sort"
 	"strings"
 
-	"mpsteer/internal/lab/labdata"
+	"mpsteer/internal/lab/results"
 	"mpsteer/internal/lab/scenario"
+	"mpsteer/internal/provenance"
 )
 
 // data reads the files under the data directory once each, and records
@@ -21,7 +22,7 @@ type data struct {
 	dir       string // the data directory, relative to root (docs/data)
 	scenarios string // the scenario files' directory, relative to root
 
-	results map[string]*labdata.Results // by path relative to dir
+	results map[string]*results.File // by path relative to dir
 	bench   map[string]benchFile
 	scen    map[string]*scenario.Scenario
 	errs    map[string]error
@@ -30,11 +31,11 @@ type data struct {
 
 type benchFile struct {
 	v    any
-	prov *labdata.Provenance
+	prov *provenance.Provenance
 }
 
 func newData(root, dir, scenarios string) *data {
-	return &data{root: root, dir: dir, scenarios: scenarios, results: map[string]*labdata.Results{}, bench: map[string]benchFile{},
+	return &data{root: root, dir: dir, scenarios: scenarios, results: map[string]*results.File{}, bench: map[string]benchFile{},
 		scen: map[string]*scenario.Scenario{}, errs: map[string]error{}, used: map[string]bool{}}
 }
 
@@ -45,27 +46,29 @@ func (e errMissing) Error() string { return e.path + " is missing" }
 
 // resultsPath is where a scenario's results are, relative to the data
 // directory.
-func resultsPath(scenario string) string { return filepath.Join(scenario, "results.json") }
+func resultsPath(scenario string) string { return filepath.Join(scenario, results.Name) }
 
 // Results reads a results.json a figure uses.
-func (d *data) Results(rel string) (*labdata.Results, error) {
+func (d *data) Results(rel string) (*results.File, error) {
 	d.used[rel] = true
 	return d.loadResults(rel)
 }
 
-func (d *data) loadResults(rel string) (*labdata.Results, error) {
+func (d *data) loadResults(rel string) (*results.File, error) {
 	if r, ok := d.results[rel]; ok {
 		return r, nil
 	}
 	if err, ok := d.errs[rel]; ok {
 		return nil, err
 	}
-	full := filepath.Join(d.root, d.dir, rel)
-	r, err := labdata.Load(full)
+	b, err := os.ReadFile(filepath.Join(d.root, d.dir, rel))
+	var r *results.File
 	if errors.Is(err, fs.ErrNotExist) {
 		err = errMissing{filepath.Join(d.dir, rel)}
-	} else if err != nil {
-		err = fmt.Errorf("%s", strings.Replace(err.Error(), full, filepath.Join(d.dir, rel), 1))
+	} else if err == nil {
+		if r, err = results.Parse(b); err != nil {
+			err = fmt.Errorf("%s: %w", filepath.Join(d.dir, rel), err)
+		}
 	}
 	if err != nil {
 		d.errs[rel] = err
@@ -111,7 +114,7 @@ func (d *data) loadBench(rel string) (benchFile, error) {
 
 // provenanceOf reads the "provenance" object of a decoded data file (nil
 // when it has none).
-func provenanceOf(v any) *labdata.Provenance {
+func provenanceOf(v any) *provenance.Provenance {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return nil
@@ -124,7 +127,7 @@ func provenanceOf(v any) *labdata.Provenance {
 	if err != nil {
 		return nil
 	}
-	var p labdata.Provenance
+	var p provenance.Provenance
 	if json.Unmarshal(b, &p) != nil {
 		return nil
 	}
@@ -147,9 +150,9 @@ func (d *data) Scenario(name string) *scenario.Scenario {
 }
 
 // Provenance of a used data file, for the captions.
-func (d *data) Provenance(rel string) *labdata.Provenance {
+func (d *data) Provenance(rel string) *provenance.Provenance {
 	if r, ok := d.results[rel]; ok {
-		return r.Provenance
+		return &r.Provenance
 	}
 	if b, ok := d.bench[rel]; ok {
 		return b.prov
@@ -181,7 +184,7 @@ func (d *data) checkFiles() []string {
 	sort.Strings(files)
 	for _, rel := range files {
 		name := filepath.Join(d.dir, rel)
-		if filepath.Base(rel) == "results.json" {
+		if filepath.Base(rel) == results.Name {
 			r, err := d.loadResults(rel)
 			if err != nil {
 				out = append(out, err.Error())
@@ -191,7 +194,7 @@ func (d *data) checkFiles() []string {
 				out = append(out, fmt.Sprintf("%s: %s", name, msg))
 			}
 			for _, v := range r.Verify() {
-				out = append(out, strings.Replace(v, r.Path(), name, 1))
+				out = append(out, name+": "+v)
 			}
 			continue
 		}

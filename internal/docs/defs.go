@@ -2,9 +2,9 @@ package docs
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -56,15 +56,6 @@ var (
 	holeRe    = regexp.MustCompile(`\{([a-z][a-z0-9_]*)\}`)
 	tableName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 )
-
-// LoadDefs reads the definitions file; every problem names its line and key.
-func LoadDefs(file string) (*Defs, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	return ParseDefs(file, b)
-}
 
 // ParseDefs reads the definitions from memory.
 func ParseDefs(file string, b []byte) (*Defs, error) {
@@ -305,7 +296,7 @@ func (s *site) dataLines(used []usage, docDir string) string {
 			done[v] = true
 			var reasons []string
 			for _, run := range r.Variants[v].Runs {
-				if run.Failed && !contains(reasons, run.Reason) {
+				if run.Failed && !slices.Contains(reasons, run.Reason) {
 					reasons = append(reasons, run.Reason)
 				}
 			}

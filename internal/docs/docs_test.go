@@ -1,13 +1,14 @@
 package docs
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"mpsteer/internal/lab/labdata"
+	"mpsteer/internal/lab/results"
 )
 
 func TestParseMarkers(t *testing.T) {
@@ -163,17 +164,11 @@ func fixtureSite(t *testing.T) Site {
 			t.Fatal(err)
 		}
 	}
-	write("scenarios/two.yaml", `name: two
-paths:
-  - {name: a, rate: 10mbit, delay: 10ms}
-  - {name: b, rate: 10mbit, delay: 10ms}
-traffic:
-  - {type: bulk, duration: 30s}
-variants:
-  - {name: tcp, kind: tcp, path: a}
-  - {name: mptcp, kind: mptcp}
-  - {name: mptcp-a, kind: mptcp, paths: [a]}
-`)
+	two, err := os.ReadFile("testdata/two.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("scenarios/two.yaml", string(two))
 	run := func(v string, round, attempt int, gp float64, failed bool) string {
 		f := "false"
 		reason := ""
@@ -227,13 +222,20 @@ A cost: <!-- fig: bench/cost.json ns unit=ns digits=1 of=rounds:rounds --><!-- /
 // summarize writes what a file's runs sum up to into it, as the runner does.
 func summarize(t *testing.T, file string) {
 	t.Helper()
-	r, err := labdata.Load(file)
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Summarize(nil)
-	b, err := labdata.Encode(r)
+	f, err := results.Parse(b)
 	if err != nil {
+		t.Fatal(err)
+	}
+	in := results.Input{Scenario: f.Scenario, File: f.ScenarioFile, Provenance: f.Provenance, RunsRequested: 3, Complete: true,
+		Order: f.Order, Runs: map[string][]results.Run{}}
+	for name, v := range f.Variants {
+		in.Runs[name] = v.Runs
+	}
+	if b, err = json.MarshalIndent(results.Build(in), "", "  "); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(file, b, 0o644); err != nil {

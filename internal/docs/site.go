@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
-	"mpsteer/internal/lab/labdata"
+	"mpsteer/internal/docs/legacy"
 	"mpsteer/internal/lab/reproduce"
 )
 
@@ -102,12 +103,7 @@ func (s Site) Render() (*Result, error) {
 		res.Docs[file] = Replace(doc, ms, bodies)
 		res.Problems = append(res.Problems, lint(file, doc, ms, st.defs.Allow, usedAllow)...)
 	}
-	var names []string
-	for name := range st.defs.Tables {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(st.defs.Tables)) {
 		if !usedTables[name] {
 			res.Problems = append(res.Problems, fmt.Sprintf("%s:%d: table %s is defined but no document shows it", s.Defs, st.defs.Tables[name].Line, name))
 		}
@@ -190,7 +186,7 @@ func (st *site) checkLegacy() []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	mf, err := labdata.ParseManifest(st.Legacy, b)
+	mf, err := legacy.ParseManifest(st.Legacy, b)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -199,12 +195,7 @@ func (st *site) checkLegacy() []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	var rels []string
-	for rel := range conv {
-		rels = append(rels, rel)
-	}
-	sort.Strings(rels)
-	for _, rel := range rels {
+	for _, rel := range slices.Sorted(maps.Keys(conv)) {
 		name := filepath.Join(st.Data, rel)
 		have, err := os.ReadFile(filepath.Join(st.Root, name))
 		switch {
@@ -228,12 +219,7 @@ func (st *site) checkLegacy() []string {
 		}
 		return nil
 	})
-	var files []string
-	for f := range acc {
-		files = append(files, f)
-	}
-	sort.Strings(files)
-	for _, f := range files {
+	for _, f := range slices.Sorted(maps.Keys(acc)) {
 		if _, err := os.Stat(filepath.Join(st.Root, st.Data, f)); err != nil {
 			out = append(out, fmt.Sprintf("%s names %s, which is not there (nothing is deleted from %s: superseded data moves to %s/archive/)", st.Legacy, filepath.Join(st.Data, f), st.Data, st.Data))
 		}

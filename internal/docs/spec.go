@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
-	"mpsteer/internal/lab/labdata"
+	"mpsteer/internal/docs/format"
+	"mpsteer/internal/lab/results"
 	"mpsteer/internal/stats"
 )
 
@@ -34,7 +36,7 @@ import (
 //	… verdict=>=0.99 (or <=1.5)                     the verdict of those values against a target
 //
 // SCENARIO is docs/data/SCENARIO/results.json; M defaults to goodput_mbit
-// (labdata.Value names the others). A value with double quotes may hold
+// (results.Run.Value names the others). A value with double quotes may hold
 // spaces. bare (in tables only) leaves out the n, which the table's
 // caption then gives.
 
@@ -130,7 +132,7 @@ func parseFig(spec string) (*fig, error) {
 			f.text = true
 		case isOpt && optName.MatchString(k):
 			valid := kindOpts[f.kind]
-			if !contains(valid, k) {
+			if !slices.Contains(valid, k) {
 				return nil, fmt.Errorf("option %q is not one of %s's (valid: %s)", k, f.kind, strings.Join(append(valid, "bare"), ", "))
 			}
 			f.opts[k] = v
@@ -173,15 +175,6 @@ func parseFig(spec string) (*fig, error) {
 		}
 	}
 	return f, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // usage records what a figure drew on: its data files and the variants.
@@ -232,7 +225,7 @@ func (d *data) render(f *fig) (string, usage, error) {
 		}
 		return nil
 	}
-	unit := labdata.UnitOf(metric)
+	unit := format.UnitOf(metric)
 	if ds, ok := f.opts["digits"]; ok {
 		unit.Digits, _ = strconv.Atoi(ds)
 	}
@@ -260,9 +253,6 @@ func (d *data) render(f *fig) (string, usage, error) {
 	}
 	switch f.kind {
 	case "provenance":
-		if r.Provenance == nil {
-			return "", u, fmt.Errorf("%s has no provenance", filepath.Join(d.dir, rel))
-		}
 		return r.Provenance.Summary(), u, nil
 	case "runs":
 		v := f.args[0]
@@ -283,11 +273,11 @@ func (d *data) render(f *fig) (string, usage, error) {
 		if err := variant(v); err != nil {
 			return "", u, err
 		}
-		s := r.Summary(v, metric)
+		s := r.Estimate(v, metric)
 		if s.N == 0 {
 			return noRuns(v), u, nil
 		}
-		return labdata.FormatSummary(s, unit), u, nil
+		return format.Estimate(s, unit), u, nil
 	case "values":
 		v := f.args[0]
 		if err := variant(v); err != nil {
@@ -299,7 +289,7 @@ func (d *data) render(f *fig) (string, usage, error) {
 		}
 		parts := make([]string, len(xs))
 		for i, x := range xs {
-			parts[i] = labdata.Num(x*unit.Scale, unit.Digits)
+			parts[i] = format.Num(x*unit.Scale, unit.Digits)
 		}
 		return strings.Join(parts, ", ") + unit.Suffix() + fmt.Sprintf(" (n = %d)", len(xs)), u, nil
 	case "ratio":
@@ -307,8 +297,7 @@ func (d *data) render(f *fig) (string, usage, error) {
 		if err != nil {
 			return "", u, err
 		}
-		s, _ := r.Ratio(a, b, metric)
-		return labdata.FormatRatio(s, as("change")), u, nil
+		return format.Ratio(r.Paired(a, b, metric).Ratio, as("change")), u, nil
 	case "best":
 		a := f.args[0]
 		if err := variant(a); err != nil {
@@ -326,7 +315,7 @@ func (d *data) render(f *fig) (string, usage, error) {
 				return "", u, err
 			}
 		}
-		return labdata.FormatRatio(r.RatioToBest(a, alts, metric), as("ratio")), u, nil
+		return format.Ratio(r.AgainstBest(a, alts, metric).Ratio, as("ratio")), u, nil
 	case "verdict":
 		target, _ := strconv.ParseFloat(f.args[2], 64)
 		higher := f.args[1] == ">="
@@ -336,27 +325,21 @@ func (d *data) render(f *fig) (string, usage, error) {
 			if err != nil {
 				return "", u, err
 			}
-			s, _ = r.Ratio(a, b, metric)
+			s = r.Paired(a, b, metric).Ratio
 		} else {
 			if err := variant(f.args[0]); err != nil {
 				return "", u, err
 			}
-			s = r.Summary(f.args[0], metric)
+			s = r.Estimate(f.args[0], metric)
 		}
-		return labdata.FormatVerdict(s, string(stats.Decide(s, target, higher))), u, nil
+		return format.Verdict(s, string(stats.Decide(s, target, higher))), u, nil
 	}
 	return "", u, fmt.Errorf("unknown kind %s", f.kind)
 }
 
 // baselinesOf lists the baselines present in r other than a.
-func baselinesOf(r *labdata.Results, a string) []string {
-	var out []string
-	for _, b := range labdata.Baselines {
-		if b != a && r.Variants[b] != nil {
-			out = append(out, b)
-		}
-	}
-	return out
+func baselinesOf(r *results.File, a string) []string {
+	return slices.DeleteFunc(results.Alternatives(r.VariantNames(), nil), func(b string) bool { return b == a })
 }
 
 func (d *data) renderBench(f *fig) (string, usage, error) {
@@ -408,9 +391,9 @@ func (d *data) renderBench(f *fig) (string, usage, error) {
 	if i := strings.LastIndexAny(last, ".]"); i >= 0 {
 		last = last[i+1:]
 	}
-	unit := labdata.UnitOf(last)
+	unit := format.UnitOf(last)
 	if name, ok := f.opts["unit"]; ok {
-		unit = labdata.Unit{Name: name, Scale: 1, Digits: 2}
+		unit = format.Unit{Name: name, Scale: 1, Digits: 2}
 	}
 	if sc, ok := f.opts["scale"]; ok {
 		x, err := strconv.ParseFloat(sc, 64)
@@ -428,22 +411,22 @@ func (d *data) renderBench(f *fig) (string, usage, error) {
 	sum := stats.MedianCI(vals)
 	if v, ok := f.opts["verdict"]; ok {
 		target, _ := strconv.ParseFloat(v[2:], 64)
-		return labdata.FormatVerdict(sum, string(stats.Decide(sum, target, v[:2] == ">="))), u, nil
+		return format.Verdict(sum, string(stats.Decide(sum, target, v[:2] == ">="))), u, nil
 	}
 	if f.bare {
 		if len(vals) > 1 {
 			return "", u, fmt.Errorf("bare shows one value; %s gives %d", f.args[0], len(vals))
 		}
-		return labdata.FormatValue(vals[0], unit), u, nil
+		return format.Value(vals[0], unit), u, nil
 	}
 	if len(vals) == 1 {
 		note := "1 run"
 		if len(of) > 0 {
 			note += ", " + strings.Join(of, ", ")
 		}
-		return labdata.FormatValue(vals[0], unit) + " (" + note + ")", u, nil
+		return format.Value(vals[0], unit) + " (" + note + ")", u, nil
 	}
-	return strings.Replace(labdata.FormatSummary(sum, unit), ")", " runs)", 1), u, nil
+	return strings.Replace(format.Estimate(sum, unit), ")", " runs)", 1), u, nil
 }
 
 // evalPath walks a decoded JSON value: keys joined by ".", [i] for an

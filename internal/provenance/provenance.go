@@ -39,7 +39,14 @@ type Provenance struct {
 	// Date and Finished: start and end, UTC, RFC 3339.
 	Date     string `json:"date"`
 	Finished string `json:"finished,omitempty"`
-	Host     Host   `json:"host"`
+	// Host is left out when none was recorded (legacy data).
+	Host Host `json:"host,omitzero"`
+	// Legacy is set on data converted from files recorded before
+	// provenance was kept (internal/docs/legacy says what it holds then);
+	// what was not recorded then says "unknown".
+	Legacy string `json:"legacy,omitempty"`
+	// Sources are the files such data were converted from.
+	Sources []string `json:"sources,omitempty"`
 }
 
 // Host is the machine that measured.
@@ -84,6 +91,65 @@ func Collect(version string, args []string) Provenance {
 	}
 	p.Dirty = modified || checkoutDirty(p.Commit)
 	return p
+}
+
+// Check reports what a provenance lacks ("" when it is complete): the
+// commit, the command, the kernel and the date are required; legacy data
+// may say "unknown" for what was not recorded, and must say it is legacy.
+func (p *Provenance) Check() string {
+	if p == nil {
+		return "no provenance (commit, command, kernel, date)"
+	}
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"commit", p.Commit}, {"command", p.Command}, {"kernel", p.Kernel}, {"date", p.Date}} {
+		if strings.TrimSpace(f.v) == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return "provenance without " + strings.Join(missing, ", ")
+	}
+	if p.Legacy == "" {
+		for _, v := range []string{p.Commit, p.Kernel, p.Date} {
+			if v == "unknown" {
+				return "provenance says \"unknown\" but is not marked legacy"
+			}
+		}
+	}
+	return ""
+}
+
+// Summary says in a few words where the numbers come from, for the
+// documents: "commit 803c952, kernel 6.18.44, 2026-11-26", or for legacy
+// data "legacy (recorded before provenance was kept): commit 4593a5c,
+// 2026-11-23".
+func (p *Provenance) Summary() string {
+	var parts []string
+	if p.Commit != "" && p.Commit != "unknown" {
+		c := "commit " + p.Commit
+		if p.Dirty {
+			c += " (with uncommitted changes)"
+		}
+		parts = append(parts, c)
+	}
+	if p.Kernel != "" && p.Kernel != "unknown" {
+		parts = append(parts, "kernel "+p.Kernel)
+	}
+	if p.Date != "" && p.Date != "unknown" {
+		d := p.Date
+		if len(d) > 10 && d[4] == '-' && d[10] == 'T' {
+			d = d[:10]
+		}
+		parts = append(parts, d)
+	}
+	s := strings.Join(parts, ", ")
+	if p.Legacy != "" {
+		if s == "" {
+			return "legacy (" + p.Legacy + ")"
+		}
+		return "legacy (" + p.Legacy + "): " + s
+	}
+	return s
 }
 
 // Finish records the end of the measurement.

@@ -80,3 +80,52 @@ func TestAttachPutsProvenanceFirst(t *testing.T) {
 		t.Fatalf("list: %v %s", err, b)
 	}
 }
+
+func TestCheckAndSummary(t *testing.T) {
+	full := Provenance{Commit: "803c952", Command: "mpsteer lab run x", Kernel: "6.18.44", Date: "2026-11-26T10:00:00Z"}
+	if msg := full.Check(); msg != "" {
+		t.Errorf("complete provenance: %s", msg)
+	}
+	if s := full.Summary(); s != "commit 803c952, kernel 6.18.44, 2026-11-26" {
+		t.Errorf("summary %q", s)
+	}
+	dirty := full
+	dirty.Dirty = true
+	if s := dirty.Summary(); s != "commit 803c952 (with uncommitted changes), kernel 6.18.44, 2026-11-26" {
+		t.Errorf("dirty summary %q", s)
+	}
+	noKernel := full
+	noKernel.Kernel = ""
+	if msg := noKernel.Check(); msg != "provenance without kernel" {
+		t.Errorf("no kernel: %q", msg)
+	}
+	unknown := full
+	unknown.Kernel = "unknown"
+	if msg := unknown.Check(); !strings.Contains(msg, "not marked legacy") {
+		t.Errorf("unknown, not legacy: %q", msg)
+	}
+	unknown.Legacy = "recorded before provenance was kept"
+	if msg := unknown.Check(); msg != "" {
+		t.Errorf("legacy with an unknown kernel: %q", msg)
+	}
+	if s := unknown.Summary(); s != "legacy (recorded before provenance was kept): commit 803c952, 2026-11-26" {
+		t.Errorf("legacy summary %q", s)
+	}
+	var none *Provenance
+	if msg := none.Check(); !strings.Contains(msg, "no provenance") {
+		t.Errorf("nil: %q", msg)
+	}
+}
+
+// Legacy data have no host, and say so by leaving it out; a measurement
+// always records its host.
+func TestHostLeftOutWhenNotRecorded(t *testing.T) {
+	b, err := json.Marshal(Provenance{Commit: "abc1234", Legacy: "recorded before provenance was kept", Sources: []string{"a.json"}})
+	if err != nil || strings.Contains(string(b), "host") || !strings.Contains(string(b), `"sources":["a.json"]`) {
+		t.Errorf("legacy: %s %v", b, err)
+	}
+	b, err = json.Marshal(Collect("dev", nil))
+	if err != nil || !strings.Contains(string(b), `"host":{"cpus":`) || strings.Contains(string(b), "legacy") {
+		t.Errorf("measured: %s %v", b, err)
+	}
+}

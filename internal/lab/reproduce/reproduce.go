@@ -16,7 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"mpsteer/internal/lab/labdata"
+	"mpsteer/internal/docs/format"
+	"mpsteer/internal/lab/results"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -206,32 +207,32 @@ func Parse(file string, data []byte) (*Papers, error) {
 // Ours is our number for a row from a run's results, formatted with its
 // interval and n, and the numbers it comes from; ok is false when the run
 // lacks them.
-func (r Row) Ours(res *labdata.Results) (ours, detail string, ok bool) {
-	u := labdata.UnitOf(r.Metric)
-	v := res.Summary(r.Variant, r.Metric)
+func (r Row) Ours(res *results.File) (ours, detail string, ok bool) {
+	u := format.UnitOf(r.Metric)
+	v := res.Estimate(r.Variant, r.Metric)
 	if v.N == 0 {
 		return "", fmt.Sprintf("no %s for variant %s", r.Metric, r.Variant), false
 	}
 	if r.Baseline == "" {
-		return labdata.FormatSummary(v, u), r.Variant + failedNote(res, r.Variant), true
+		return format.Estimate(v, u), r.Variant + failedNote(res, r.Variant), true
 	}
-	b := res.Summary(r.Baseline, r.Metric)
+	b := res.Estimate(r.Baseline, r.Metric)
 	if b.N == 0 {
 		return "", fmt.Sprintf("no %s for variant %s", r.Metric, r.Baseline), false
 	}
-	detail = fmt.Sprintf("%s %s%s against %s %s%s", r.Variant, labdata.FormatSummary(v, u), failedNote(res, r.Variant),
-		r.Baseline, labdata.FormatSummary(b, u), failedNote(res, r.Baseline))
+	detail = fmt.Sprintf("%s %s%s against %s %s%s", r.Variant, format.Estimate(v, u), failedNote(res, r.Variant),
+		r.Baseline, format.Estimate(b, u), failedNote(res, r.Baseline))
 	if r.As == "value" {
-		return labdata.FormatSummary(v, u), detail, true
+		return format.Estimate(v, u), detail, true
 	}
-	ratio, _ := res.Ratio(r.Variant, r.Baseline, r.Metric)
+	ratio := res.Paired(r.Variant, r.Baseline, r.Metric).Ratio
 	if ratio.N == 0 {
 		return "–", detail + "; no round has both", true
 	}
-	return labdata.FormatRatio(ratio, r.As), detail, true
+	return format.Ratio(ratio, r.As), detail, true
 }
 
-func failedNote(res *labdata.Results, variant string) string {
+func failedNote(res *results.File, variant string) string {
 	if n := res.Failed(variant); n > 0 {
 		return fmt.Sprintf(" (%d failed run(s) left out)", n)
 	}
@@ -249,8 +250,8 @@ func Command(scenarioDir, scenario, dir string, runs int) string {
 }
 
 // readRun loads a run's results.json; nil when the run is not there.
-func readRun(dir string) (*labdata.Results, error) {
-	r, err := labdata.LoadRun(filepath.Join(dir, "results.json"))
+func readRun(dir string) (*results.File, error) {
+	r, err := results.Read(dir)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
@@ -315,9 +316,7 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 		pe.Ran = res != nil
 		if pe.Ran {
 			pg.Ran++
-			if res.Provenance != nil {
-				pe.Provenance = res.Provenance.Summary()
-			}
+			pe.Provenance = res.Provenance.Summary()
 		}
 		for _, r := range e.Rows {
 			pr := pageRow{Row: r}

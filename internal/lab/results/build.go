@@ -4,7 +4,6 @@ import (
 	"slices"
 	"sort"
 
-	"mpsteer/internal/lab/report"
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/provenance"
 	"mpsteer/internal/stats"
@@ -45,22 +44,24 @@ func Build(in Input) *File {
 		Variants: map[string]*Variant{}, Comparisons: map[string]*Comparison{}, VsBestAlternative: map[string]*BestAlternative{}}
 	for _, name := range in.Order {
 		runs := in.Runs[name]
-		v := &Variant{Kind: in.Kinds[name], Runs: runs, Metrics: map[string]stats.Estimate{}}
+		v := &Variant{Kind: in.Kinds[name], Runs: runs, FailedRuns: failedRuns(runs), Metrics: map[string]stats.Estimate{}}
 		if v.Runs == nil {
 			v.Runs = []Run{}
 		}
-		for _, r := range runs {
-			if r.Failed {
-				v.FailedRuns++
-			}
-		}
 		f.FailedRuns += v.FailedRuns
+		// Each run's summary as the file holds it, once: every figure is
+		// read from these.
+		var sums []map[string]any
 		acc := Accepted(runs)
-		var sums []*report.Summary
 		for _, r := range sortedRounds(acc) {
-			sums = append(sums, acc[r])
+			sums = append(sums, acc[r].fields())
 		}
-		for _, metric := range report.ValueNames(sums...) {
+		var all []string
+		for _, s := range sums {
+			all = append(all, names(s)...)
+		}
+		slices.Sort(all)
+		for _, metric := range slices.Compact(all) {
 			if metric != "goodput_mbit" {
 				v.Metrics[metric] = stats.MedianCI(valuesOf(sums, metric))
 			}
@@ -114,17 +115,27 @@ func Alternatives(order, compare []string) []string {
 	return out
 }
 
-// Accepted is, per round, the summary of the run that counts: the round's
-// run that did not fail (a failed run is re-run once; when that fails too
-// the round has none).
-func Accepted(runs []Run) map[int]*report.Summary {
-	out := map[int]*report.Summary{}
-	for _, r := range runs {
-		if !r.Failed && r.Summary != nil {
-			out[r.Round] = r.Summary
+// Accepted is, per round, the run that counts: the round's run that did
+// not fail (a failed run is re-run once; when that fails too the round has
+// none).
+func Accepted(runs []Run) map[int]*Run {
+	out := map[int]*Run{}
+	for i := range runs {
+		if r := &runs[i]; !r.Failed && (r.Summary != nil || r.Fields != nil) {
+			out[r.Round] = r
 		}
 	}
 	return out
+}
+
+func failedRuns(runs []Run) int {
+	n := 0
+	for _, r := range runs {
+		if r.Failed {
+			n++
+		}
+	}
+	return n
 }
 
 func sortedRounds[T any](m map[int]T) []int {
@@ -136,10 +147,10 @@ func sortedRounds[T any](m map[int]T) []int {
 	return rs
 }
 
-func valuesOf(sums []*report.Summary, metric string) []float64 {
+func valuesOf(sums []map[string]any, metric string) []float64 {
 	var out []float64
 	for _, s := range sums {
-		if v, ok := report.Value(s, metric); ok {
+		if v, ok := value(s, metric); ok {
 			out = append(out, v)
 		}
 	}
@@ -149,8 +160,8 @@ func valuesOf(sums []*report.Summary, metric string) []float64 {
 // RoundValues is metric per round, from the runs that count.
 func RoundValues(runs []Run, metric string) map[int]float64 {
 	out := map[int]float64{}
-	for r, s := range Accepted(runs) {
-		if v, ok := report.Value(s, metric); ok {
+	for r, run := range Accepted(runs) {
+		if v, ok := run.Value(metric); ok {
 			out[r] = v
 		}
 	}
@@ -219,12 +230,7 @@ rounds:
 // the runs that count (the first such round), or of the first that
 // counts when none has the metric ("" when none counts).
 func MedianRun(runs []Run, metric string) string {
-	byRound := map[int]Run{}
-	for _, r := range runs {
-		if !r.Failed && r.Summary != nil {
-			byRound[r.Round] = r
-		}
-	}
+	byRound := Accepted(runs)
 	rounds := sortedRounds(byRound)
 	if len(rounds) == 0 {
 		return ""

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"mpsteer/internal/lab/report"
 	"mpsteer/internal/lab/scenario"
@@ -30,46 +32,91 @@ func Read(dir string) (*File, error) {
 	return f, nil
 }
 
-// Parse reads a results file's contents (either layout).
+// Parse reads a results file's contents (either layout). A run whose
+// round is not counted from 1, or a variant that is null, is refused.
 func Parse(data []byte) (*File, error) {
+	var f *File
 	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
-		var sums []*report.Summary
-		if err := json.Unmarshal(t, &sums); err != nil {
+		var runs []Run
+		if err := json.Unmarshal(t, &runs); err != nil {
 			return nil, err
 		}
-		return fromSummaries(sums), nil
+		var err error
+		if f, err = fromSummaries(runs); err != nil {
+			return nil, err
+		}
+	} else {
+		f = &File{}
+		if err := json.Unmarshal(data, f); err != nil {
+			return nil, err
+		}
+		if f.Schema != Schema {
+			return nil, fmt.Errorf("results schema %d; this mpsteer reads %d (and the older list of summaries)", f.Schema, Schema)
+		}
 	}
-	var f File
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, err
+	if len(f.Variants) == 0 {
+		return nil, fmt.Errorf("no variants")
 	}
-	if f.Schema != Schema {
-		return nil, fmt.Errorf("results schema %d; this mpsteer reads %d (and the older list of summaries)", f.Schema, Schema)
+	for _, name := range slices.Sorted(maps.Keys(f.Variants)) {
+		v := f.Variants[name]
+		if v == nil {
+			return nil, fmt.Errorf("variants.%s is null", name)
+		}
+		for i, r := range v.Runs {
+			if r.Round < 1 {
+				return nil, fmt.Errorf("variants.%s.runs[%d]: round %d (rounds count from 1)", name, i, r.Round)
+			}
+		}
 	}
-	return &f, nil
+	return f, nil
 }
 
-// fromSummaries makes one round of the summaries of an older file.
-func fromSummaries(sums []*report.Summary) *File {
+// fromSummaries makes one round of the summaries of an older file (a
+// list of the variants' summaries, one run each).
+func fromSummaries(runs []Run) (*File, error) {
 	in := Input{RunsRequested: 1, Complete: true, Kinds: map[string]string{}, Runs: map[string][]Run{}}
-	for _, s := range sums {
-		if in.Scenario == "" {
-			in.Scenario = s.Scenario
+	for i, r := range runs {
+		name, _ := r.Fields["variant"].(string)
+		if name == "" {
+			return nil, fmt.Errorf("[%d]: a run summary without a variant", i)
 		}
-		in.Order = append(in.Order, s.Variant)
-		in.Kinds[s.Variant] = s.Kind
-		g := s.GoodputMbit
-		in.Runs[s.Variant] = []Run{{Round: 1, Attempt: 1, Dir: s.Variant, GoodputMbit: &g, Summary: s}}
+		if in.Runs[name] != nil {
+			return nil, fmt.Errorf("[%d]: variant %s twice", i, name)
+		}
+		if in.Scenario == "" {
+			in.Scenario, _ = r.Fields["scenario"].(string)
+		}
+		in.Order = append(in.Order, name)
+		in.Kinds[name], _ = r.Fields["kind"].(string)
+		r.Round, r.Attempt, r.Dir = 1, 1, name
+		in.Runs[name] = []Run{r}
 	}
 	f := Build(in)
 	f.Schema = 1
-	return f
+	return f, nil
+}
+
+// VariantNames lists the variants in the file's order (Order), then any
+// others by name.
+func (f *File) VariantNames() []string {
+	var out []string
+	for _, n := range f.Order {
+		if _, ok := f.Variants[n]; ok && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(f.Variants)) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Representative is, per variant in round order, the summary of its
 // median run (MedianRun) — a whole run's figures, for tables and plots
-// that show one run per variant. Variants without a run that counts are
-// left out.
+// that show one run per variant. Variants without a run that counts, or
+// whose summary is of an older shape, are left out.
 func (f *File) Representative() []*report.Summary {
 	var out []*report.Summary
 	for _, name := range f.Order {
@@ -87,45 +134,66 @@ func (f *File) Representative() []*report.Summary {
 	return out
 }
 
+func (f *File) runs(variant string) []Run {
+	if v := f.Variants[variant]; v != nil {
+		return v.Runs
+	}
+	return nil
+}
+
+// Values are a variant's metric over its runs that count, in round order
+// (none when the file has no such variant).
+func (f *File) Values(variant, metric string) []float64 {
+	vals := RoundValues(f.runs(variant), metric)
+	var out []float64
+	for _, r := range sortedRounds(vals) {
+		out = append(out, vals[r])
+	}
+	return out
+}
+
+// Failed counts a variant's failed runs.
+func (f *File) Failed(variant string) int { return failedRuns(f.runs(variant)) }
+
 // Estimate is a variant's median and interval of a figure over its runs
-// that count (n = 0 when it has none).
+// that count (n = 0 when it has none), computed from the runs as Build
+// computes the stored ones.
 func (f *File) Estimate(variant, metric string) stats.Estimate {
-	v := f.Variants[variant]
-	if v == nil {
-		return stats.MedianCI(nil)
+	return stats.MedianCI(f.Values(variant, metric))
+}
+
+// metric is how a figure compares: the file's primary metric as the
+// scenario declares it, else as its name says (known is false when the
+// name does not say; then higher counts as better).
+func (f *File) metric(name string) (m scenario.Primary, known bool) {
+	if name == f.Primary.Name && f.Primary.Better != "" {
+		return scenario.Primary{Metric: name, Higher: f.Primary.Better == "higher"}, true
 	}
-	if metric == "goodput_mbit" {
-		return v.GoodputMbit
-	}
-	if e, ok := v.Metrics[metric]; ok {
-		return e
-	}
-	var xs []float64
-	acc := Accepted(v.Runs)
-	for _, r := range sortedRounds(acc) {
-		if x, ok := report.Value(acc[r], metric); ok {
-			xs = append(xs, x)
-		}
-	}
-	return stats.MedianCI(xs)
+	higher, known := scenario.MetricHigherIsBetter(name)
+	return scenario.Primary{Metric: name, Higher: higher || !known}, known
 }
 
 // Paired compares variant a with b on any figure, as Comparisons do.
 func (f *File) Paired(a, b, metric string) *Comparison {
-	var ra, rb []Run
-	if v := f.Variants[a]; v != nil {
-		ra = v.Runs
-	}
-	if v := f.Variants[b]; v != nil {
-		rb = v.Runs
-	}
-	higher, ok := scenario.MetricHigherIsBetter(metric)
-	if metric == f.Primary.Name {
-		higher, ok = f.Primary.Better == "higher", true
-	}
-	c := Compare(RoundValues(ra, metric), RoundValues(rb, metric), scenario.Primary{Metric: metric, Higher: higher})
-	if !ok {
+	m, known := f.metric(metric)
+	c := Compare(RoundValues(f.runs(a), metric), RoundValues(f.runs(b), metric), m)
+	if !known {
 		c.Better = "" // the name does not say
 	}
 	return c
+}
+
+// AgainstBest compares variant a, round by round, with the best of alts
+// that round on any figure, as VsBestAlternative does.
+func (f *File) AgainstBest(a string, alts []string, metric string) *BestAlternative {
+	m, known := f.metric(metric)
+	values := map[string]map[int]float64{}
+	for _, b := range alts {
+		values[b] = RoundValues(f.runs(b), metric)
+	}
+	ba := VsBest(RoundValues(f.runs(a), metric), alts, values, m)
+	if !known {
+		ba.Better = ""
+	}
+	return ba
 }

@@ -7,10 +7,17 @@
 // and each variant against the best of the alternatives a user would
 // otherwise pick, round by round. All statistics come from
 // internal/stats; nothing here measures.
+//
+// It is the one reader of the file, for the runner (Build, then lab table
+// and the report) and for the documents (docs/data holds results.json
+// files, some converted from data recorded before this layout: their
+// runs' summaries keep their older shape, see Run); Verify computes every
+// stored figure again from the runs.
 package results
 
 import (
 	"encoding/json"
+	"maps"
 
 	"mpsteer/internal/lab/report"
 	"mpsteer/internal/provenance"
@@ -25,7 +32,7 @@ type File struct {
 	Schema       int                   `json:"schema"`
 	Scenario     string                `json:"scenario"`
 	ScenarioFile string                `json:"file"`
-	Description  string                `json:"description,omitempty"`
+	Description  string                `json:"description"`
 	Provenance   provenance.Provenance `json:"provenance"`
 	// RunsRequested is N; Complete says every round ran (false while a
 	// run is under way, or when it was interrupted or stopped).
@@ -84,20 +91,68 @@ type Run struct {
 	// failed before its traffic ran).
 	GoodputMbit *float64 `json:"goodput_mbit"`
 	*report.Summary
+	// Fields is the run's summary as a file holds it, every field (nil
+	// for a run the runner has just made: its Summary is all there is).
+	// A summary recorded before schema 2 may have an older shape than
+	// report.Summary (congestion_control a name, subflows a count): then
+	// Summary is nil, and Fields is the summary, kept as it was.
+	Fields map[string]any `json:"-"`
 }
 
-// UnmarshalJSON reads a run; the summary's goodput is the run's.
+// runKeys are a run's own keys in the file; every other key of a run is
+// its summary's.
+var runKeys = []string{"round", "attempt", "dir", "failed", "reason"}
+
+// UnmarshalJSON reads a run: its place and outcome, every field of its
+// summary (Fields), and the summary as report.Summary where it has that
+// shape.
 func (r *Run) UnmarshalJSON(data []byte) error {
-	type plain Run
-	var p plain
-	if err := json.Unmarshal(data, &p); err != nil {
+	var place struct {
+		Round   int    `json:"round"`
+		Attempt int    `json:"attempt"`
+		Dir     string `json:"dir"`
+		Failed  bool   `json:"failed"`
+		Reason  string `json:"reason"`
+	}
+	if err := json.Unmarshal(data, &place); err != nil {
 		return err
 	}
-	if p.Summary != nil && p.GoodputMbit != nil {
-		p.Summary.GoodputMbit = *p.GoodputMbit
+	var fields map[string]any
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return err
 	}
-	*r = Run(p)
+	for _, k := range runKeys {
+		delete(fields, k)
+	}
+	*r = Run{Round: place.Round, Attempt: place.Attempt, Dir: place.Dir, Failed: place.Failed, Reason: place.Reason}
+	if g, ok := number(fields["goodput_mbit"]); ok {
+		r.GoodputMbit = &g
+	}
+	if g, ok := fields["goodput_mbit"]; len(fields) == 0 || (len(fields) == 1 && ok && g == nil) {
+		return nil // no summary: the run failed before its traffic ran
+	}
+	r.Fields = fields
+	var s report.Summary
+	if json.Unmarshal(data, &s) == nil {
+		if r.GoodputMbit != nil {
+			s.GoodputMbit = *r.GoodputMbit
+		}
+		r.Summary = &s
+	}
 	return nil
+}
+
+// MarshalJSON writes a run: a summary read from a file (Fields) as it was
+// read, keys in order; one the runner made, as report.Summary writes it.
+func (r Run) MarshalJSON() ([]byte, error) {
+	if r.Fields == nil {
+		type plain Run
+		return json.Marshal(plain(r))
+	}
+	m := make(map[string]any, len(r.Fields)+len(runKeys))
+	maps.Copy(m, r.Fields)
+	m["round"], m["attempt"], m["dir"], m["failed"], m["reason"] = r.Round, r.Attempt, r.Dir, r.Failed, r.Reason
+	return json.Marshal(m)
 }
 
 // Comparison is A against B over the rounds where both have a value.

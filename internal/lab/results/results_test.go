@@ -9,6 +9,7 @@ import (
 	"mpsteer/internal/lab/report"
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/provenance"
+	"mpsteer/internal/stats"
 )
 
 func ok(round, attempt int, variant string, goodput float64, metrics map[string]float64) Run {
@@ -255,5 +256,174 @@ func TestReadsTheOlderList(t *testing.T) {
 	}
 	if rep := f.Representative(); len(rep) != 2 || rep[0].GoodputMbit != 10 {
 		t.Fatalf("representative %+v", rep)
+	}
+}
+
+// fromFile is a file as read: runs whose summaries are fields, as the
+// older summaries (congestion_control a name, subflows a count) hold
+// them; each run is [round, attempt, goodput, failed (0/1)].
+func fromFile(t *testing.T, runs map[string][][4]float64) *File {
+	t.Helper()
+	in := Input{Scenario: "s", File: "s.yaml", RunsRequested: 4, Complete: true, Runs: map[string][]Run{},
+		Provenance: provenance.Provenance{Commit: "abc1234", Command: "mpsteer lab run s.yaml --runs 4", Kernel: "6.18.44", Date: "2026-11-26T10:00:00Z"}}
+	for _, name := range []string{"mptcp", "ecf"} {
+		for _, x := range runs[name] {
+			run := Run{Round: int(x[0]), Attempt: int(x[1]), Failed: x[3] == 1, Fields: map[string]any{"variant": name, "goodput_mbit": x[2],
+				"congestion_control": "bbr", "subflows": 2.0, "metrics": map[string]any{"stall_ms": 10 * x[2]},
+				"paths": map[string]any{"a": map[string]any{"share": 0.25, "bytes": 100.0}}}}
+			if run.Failed {
+				run.Reason = "traffic did not finish (4.0 of 30 s)"
+			}
+			in.Runs[name] = append(in.Runs[name], run)
+		}
+		in.Order = append(in.Order, name)
+	}
+	data, err := json.Marshal(Build(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestFiguresOfSummariesOfAnOlderShape(t *testing.T) {
+	f := fromFile(t, map[string][][4]float64{
+		"mptcp": {{1, 1, 50, 0}, {2, 1, 10, 1}, {2, 2, 52, 0}, {3, 1, 48, 0}, {4, 1, 9, 1}, {4, 2, 8, 1}},
+		"ecf":   {{1, 1, 55, 0}, {2, 1, 57.2, 0}, {3, 1, 30, 1}, {4, 1, 60, 0}},
+	})
+	if r := f.Variants["mptcp"].Runs[0]; r.Summary != nil || r.Fields["congestion_control"] != "bbr" || *r.GoodputMbit != 50 {
+		t.Fatalf("a summary report.Summary cannot hold is kept as its fields: %+v", r)
+	}
+	if got := f.Values("mptcp", "goodput_mbit"); !slices.Equal(got, []float64{50, 52, 48}) {
+		t.Errorf("mptcp values %v: round 2's re-run stands for it, round 4 failed twice", got)
+	}
+	if got := f.Failed("mptcp"); got != 3 || f.Variants["mptcp"].FailedRuns != 3 {
+		t.Errorf("failed %d (stored %d), want 3", got, f.Variants["mptcp"].FailedRuns)
+	}
+	// Pairs only where both have a value: rounds 1 and 2.
+	c := f.Paired("ecf", "mptcp", "goodput_mbit")
+	if c.Ratio.N != 2 || !slices.Equal(c.Rounds, []int{1, 2}) || c.Pairs[0] != [2]float64{55, 50} || c.Pairs[1] != [2]float64{57.2, 52} || c.Ratio.Median != 1.1 {
+		t.Errorf("paired %+v", c)
+	}
+	for metric, want := range map[string]float64{"stall_ms": 500, "share:a": 0.25, "bytes:a": 100, "subflows": 2} {
+		if got := f.Estimate("mptcp", metric); got.Median != want || got.N != 3 {
+			t.Errorf("%s: %+v, want median %v of 3", metric, got, want)
+		}
+	}
+	if m := f.Variants["mptcp"].Metrics; m["subflows"].N != 3 || m["share:a"].N != 3 {
+		t.Errorf("stored metrics %v: a count at the top and a path's share are figures", m)
+	}
+	if _, ok := f.Variants["mptcp"].Metrics["bytes:a"]; ok {
+		t.Error("a path's bytes are stored as a metric")
+	}
+	if got := f.AgainstBest("ecf", []string{"mptcp"}, "goodput_mbit"); got.Ratio.N != 2 {
+		t.Errorf("against the best alternative: %+v", got)
+	}
+	if bad := f.Verify(); len(bad) != 0 {
+		t.Errorf("a file as built: %v", bad)
+	}
+}
+
+// A file whose stored figures were changed by hand, without its runs, is
+// caught, naming the figure.
+func TestVerifyCatchesAFigureEditedByHand(t *testing.T) {
+	f := Build(recorded())
+	in := recorded()
+	in.Primary = scenario.Primary{Metric: "longest_stall_ms"}
+	g := Build(in)
+	for _, x := range []*File{f, g} {
+		if bad := x.Verify(); len(bad) != 0 {
+			t.Fatalf("a file as built: %v", bad)
+		}
+		data, err := json.Marshal(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad := back.Verify(); len(bad) != 0 {
+			t.Fatalf("the file as read back: %v", bad)
+		}
+	}
+	f.Variants["mptcp+x"].GoodputMbit.Median = 57
+	f.Comparisons["mptcp+x/mptcp"].Ratio.Low = 1.05
+	f.Variants["mptcp"].FailedRuns = 0
+	f.Variants["mptcp"].Metrics["longest_stall_ms"] = stats.MedianCI([]float64{1})
+	f.VsBestAlternative["mptcp+x"].Ratio.Median = 2
+	g.Comparisons["mptcp+x/mptcp:longest_stall_ms"].Pairs[0][0] = 1
+	bad := strings.Join(append(f.Verify(), g.Verify()...), "\n")
+	for _, want := range []string{
+		"variants.mptcp+x.goodput_mbit: says median 57",
+		"comparisons.mptcp+x/mptcp.ratio: says median 1.1 [1.05, 1.2] n = 2, its runs give median 1.1 [1.1, 1.2] n = 2",
+		"variants.mptcp.failed_runs: says 0, its runs hold 1 failed",
+		"variants.mptcp.metrics.longest_stall_ms: says median 1",
+		"vs_best_alternative.mptcp+x.ratio: says median 2",
+		"comparisons.mptcp+x/mptcp:longest_stall_ms.pairs: says [[1 300] [50 100]]",
+	} {
+		if !strings.Contains(bad, want) {
+			t.Errorf("Verify lacks %q in:\n%s", want, bad)
+		}
+	}
+	if n := strings.Count(bad, "\n") + 1; n != 6 {
+		t.Errorf("%d discrepancies, want 6:\n%s", n, bad)
+	}
+}
+
+func TestParseRefusesWhatIsNotAResultsFile(t *testing.T) {
+	for data, want := range map[string]string{
+		`{"schema": 1, "variants": {"a": {"runs": []}}}`:                 "results schema 1; this mpsteer reads 2",
+		`{"schema": 2, "variants": {"a": {"runs": [{"round": 0}]}}}`:     "variants.a.runs[0]: round 0 (rounds count from 1)",
+		`{"schema": 2, "variants": {"a": null}}`:                         "variants.a is null",
+		`{"schema": 2, "variants": {}}`:                                  "no variants",
+		`[{"scenario": "s", "goodput_mbit": 9}]`:                         "[0]: a run summary without a variant",
+		`[{"variant": "a", "goodput_mbit": 9}, {"variant": "a"}]`:        "[1]: variant a twice",
+		`{"schema": 2, "variants": {"a": {"runs": [{"round": "one"}]}}}`: "cannot unmarshal",
+	} {
+		if _, err := Parse([]byte(data)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", data, err, want)
+		}
+	}
+}
+
+// The older list of summaries, of an older shape too, is one round.
+func TestReadsTheOlderListOfAnOlderShape(t *testing.T) {
+	f, err := Parse([]byte(`[{"scenario": "s", "variant": "tcp", "congestion_control": "cubic", "goodput_mbit": 9},
+		{"scenario": "s", "variant": "mptcp", "subflows": 2, "goodput_mbit": 18}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Paired("mptcp", "tcp", "goodput_mbit"); c.Ratio.N != 1 || c.Ratio.Median != 2 {
+		t.Errorf("ratio %+v", c)
+	}
+	if strings.Join(f.VariantNames(), ",") != "tcp,mptcp" || f.Scenario != "s" {
+		t.Errorf("order %v, scenario %q", f.VariantNames(), f.Scenario)
+	}
+	if rep := f.Representative(); len(rep) != 0 {
+		t.Errorf("summaries of an older shape are no report.Summary: %+v", rep)
+	}
+}
+
+// A run that failed before its traffic ran has no summary, and reads back
+// as it was written.
+func TestARunWithoutSummary(t *testing.T) {
+	data, err := json.Marshal(failed(1, 1, "a", "setup: no such device"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"round":1,"attempt":1,"dir":"a/run-1","failed":true,"reason":"setup: no such device","goodput_mbit":null}`; string(data) != want {
+		t.Fatalf("%s, want %s", data, want)
+	}
+	var r Run
+	if err := json.Unmarshal(data, &r); err != nil || r.Fields != nil || r.Summary != nil || r.GoodputMbit != nil || r.Reason != "setup: no such device" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	again, _ := json.Marshal(r)
+	if string(again) != string(data) {
+		t.Fatalf("read back %s, want %s", again, data)
 	}
 }

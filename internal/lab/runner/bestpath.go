@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"mpsteer/internal/lab/report"
+	"mpsteer/internal/lab/results"
 	"mpsteer/internal/lab/scenario"
 )
 
@@ -54,7 +55,7 @@ func pickBest(sums []*report.Summary, paths []string, p scenario.Primary) (int, 
 	higher := p.Higher
 	have := false
 	for _, s := range sums {
-		if _, ok := report.Value(s, metric); ok {
+		if _, ok := (results.Run{Summary: s}).Value(metric); ok {
 			have = true
 		}
 	}
@@ -64,7 +65,7 @@ func pickBest(sums []*report.Summary, paths []string, p scenario.Primary) (int, 
 	by := map[string]float64{}
 	best, bestV := -1, 0.0
 	for i, s := range sums {
-		v, ok := report.Value(s, metric)
+		v, ok := results.Run{Summary: s}.Value(metric)
 		if !ok {
 			continue
 		}

@@ -48,7 +48,7 @@ func TestRoundsInterleaveAndRerunOnce(t *testing.T) {
 	}
 	// b's round 2 counts by its second attempt; round 3 has no value.
 	acc := results.Accepted(runs["b"])
-	if len(acc) != 2 || acc[2].GoodputMbit != 22 || acc[3] != nil {
+	if len(acc) != 2 || acc[2].Summary.GoodputMbit != 22 || acc[3] != nil {
 		t.Fatalf("b's runs that count: %v", acc)
 	}
 	f := results.Build(results.Input{Order: []string{"a", "b"}, Runs: runs, RunsRequested: 3, Complete: true})

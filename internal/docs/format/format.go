@@ -1,4 +1,8 @@
-package labdata
+// Package format shows the lab's figures to a reader, as the documents
+// and the reproduce page quote them: each metric in its unit (which its
+// name carries), a median with its 95% interval and n, a paired ratio as a
+// change or a share, a verdict with the n it rests on.
+package format
 
 import (
 	"fmt"
@@ -82,21 +86,21 @@ func (u Unit) Suffix() string {
 // withUnit joins a number and its unit ("51.9 Mbit/s", "12.5%", "1.37×").
 func withUnit(num string, u Unit) string { return num + u.Suffix() }
 
-// FormatValue shows one value in a unit: "51.9 Mbit/s".
-func FormatValue(v float64, u Unit) string { return withUnit(Num(v*u.Scale, u.Digits), u) }
+// Value shows one value in a unit: "51.9 Mbit/s".
+func Value(v float64, u Unit) string { return withUnit(Num(v*u.Scale, u.Digits), u) }
 
-// FormatSummary shows a median with its interval and n:
+// Estimate shows a median with its interval and n:
 // "51.9 Mbit/s (95% CI 50.8–53.1, n = 5)"; one value: "51.9 Mbit/s (n = 1)";
 // none: "no runs".
-func FormatSummary(s stats.Estimate, u Unit) string {
+func Estimate(s stats.Estimate, u Unit) string {
 	switch {
 	case s.N == 0:
 		return "no runs"
 	case s.N == 1:
-		return FormatValue(s.Median, u) + " (n = 1)"
+		return Value(s.Median, u) + " (n = 1)"
 	}
 	lo, hi := Num(s.Low*u.Scale, u.Digits), Num(s.High*u.Scale, u.Digits)
-	return fmt.Sprintf("%s (95%% CI %s, n = %d)", FormatValue(s.Median, u), rangeText(lo, hi, u), s.N)
+	return fmt.Sprintf("%s (95%% CI %s, n = %d)", Value(s.Median, u), rangeText(lo, hi, u), s.N)
 }
 
 // rangeText writes an interval: "50.8–53.1" ("50.8–53.1%" for percent,
@@ -112,10 +116,10 @@ func rangeText(lo, hi string, u Unit) string {
 	return lo + sep + hi
 }
 
-// FormatRatio shows a paired ratio: as "change", its median less 1 in %
+// Ratio shows a paired ratio: as "change", its median less 1 in %
 // with a sign ("+1.2% (95% CI −0.5 to +3.0%, n = 5)"); as "ratio", the
 // median in % of the baseline ("96.0% (95% CI 94.1–98.2%, n = 5)").
-func FormatRatio(s stats.Estimate, as string) string {
+func Ratio(s stats.Estimate, as string) string {
 	if s.N == 0 {
 		return "no paired runs"
 	}
@@ -132,9 +136,9 @@ func FormatRatio(s stats.Estimate, as string) string {
 	return fmt.Sprintf("%s%% (95%% CI %s, n = %d)", f(s.Median), rangeText(lo, hi, Unit{Name: "%"}), s.N)
 }
 
-// FormatVerdict shows a verdict with the n it rests on, which for one
+// Verdict shows a verdict with the n it rests on, which for one
 // value is no interval at all: "met (n = 5)", "met (n = 1: no interval)".
-func FormatVerdict(s stats.Estimate, verdict string) string {
+func Verdict(s stats.Estimate, verdict string) string {
 	switch {
 	case s.N == 0:
 		return verdict
