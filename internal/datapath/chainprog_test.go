@@ -106,7 +106,7 @@ func TestMaxStepChainsLoadAndRun(t *testing.T) {
 			t.Fatalf("%q → %q: %v", c[0], c[1], err)
 		}
 		if len(prog.Steps) != MaxSteps {
-			continue // an or of ands expanded past MaxSteps is not a test of the verifier
+			t.Fatalf("%q → %q compiled to %d steps, not %d", c[0], c[1], len(prog.Steps), MaxSteps)
 		}
 		n++
 		t0 := time.Now()
@@ -136,9 +136,6 @@ func TestMaxStepChainsLoadAndRun(t *testing.T) {
 		if err := h.m.Del(id); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if n < 40 {
-		t.Fatalf("only %d chains had %d steps", n, MaxSteps)
 	}
 	t.Logf("%d chains of %d steps loaded and ran; at most %d instructions verified; slowest load %v (%d instructions verified): %s", n, MaxSteps, maxInsns, worst, worstInsns, worstChain)
 }
