@@ -29,8 +29,8 @@ func (m *Manager) Actors() map[string]bool {
 // checked by the verifier like ours, shares our maps, and becomes usable
 // as name(args) in chains.
 func (m *Manager) LoadActor(objFile, name string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ops.Lock()
+	defer m.ops.Unlock()
 	if !actorNameRE(name) {
 		return fmt.Errorf("actor name %q is not valid (letters, digits and _, starting with a letter)", name)
 	}
@@ -85,8 +85,10 @@ func (m *Manager) LoadActor(objFile, name string) error {
 		prog.Close()
 		return fmt.Errorf("%s: cannot join the step array (is it a plain SEC(\"tc\") program?): %w", objFile, err)
 	}
+	m.mu.Lock()
 	m.user[name] = prog
 	m.index["user:"+name] = idx
+	m.mu.Unlock()
 	return nil
 }
 

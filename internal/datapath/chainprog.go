@@ -223,6 +223,9 @@ func (p *chainProg) pause(on bool) error {
 // `slot`: the verifier checks the whole chain here. A paused program
 // passes packets untouched until it is unpaused.
 func (m *Manager) loadChain(id, slot, l2 uint32, prog *Program, paused bool) (*chainProg, error) {
+	if m.loadHook != nil {
+		m.loadHook()
+	}
 	b, err := m.bake(prog)
 	if err != nil {
 		return nil, err

@@ -51,8 +51,8 @@ type chain struct {
 // Add checks, compiles and attaches a chain. On any error nothing is
 // left attached or written.
 func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ops.Lock()
+	defer m.ops.Unlock()
 	if spec.Hook != Ingress && spec.Hook != Egress {
 		return nil, fmt.Errorf("--hook %q is not valid (valid: ingress, egress)", spec.Hook)
 	}
@@ -105,6 +105,11 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 	if err := m.prepare(c, c.slot, prog); err != nil {
 		return nil, err
 	}
+	if !m.pinned { // pinned counters carry on from the previous process
+		m.resetStats(spec.ID)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	attach := ebpf.AttachTCXIngress
 	if spec.Hook == Egress {
 		attach = ebpf.AttachTCXEgress
@@ -113,9 +118,6 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 	if err != nil {
 		m.unprepare(c, c.slot)
 		return nil, fmt.Errorf("attach to %s %s: %w", spec.Dev, spec.Hook, err)
-	}
-	if !m.pinned { // pinned counters carry on from the previous process
-		m.resetStats(spec.ID)
 	}
 	m.chains[spec.ID] = c
 	return m.status(c), nil
@@ -135,7 +137,8 @@ func l2len(l netlink.Link) (uint32, error) {
 // prepare loads the program of chain c for descriptor slot `slot` (the
 // verifier checks the whole chain) into c.entry, and writes what loaded
 // actors read: the descriptor, and the program in mpsteer_resumes for
-// them to come back to. Nothing the running chain uses is touched.
+// them to come back to. Nothing the running chain uses is touched, and
+// nothing List reads: it runs without m.mu.
 func (m *Manager) prepare(c *chain, slot uint32, prog *Program) error {
 	p, err := m.loadChain(c.spec.ID, slot, c.l2, prog, false)
 	if err != nil {
@@ -214,17 +217,24 @@ func (c *chain) retire() {
 
 // Del detaches and forgets a chain.
 func (m *Manager) Del(id uint32) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ops.Lock()
+	defer m.ops.Unlock()
 	return m.del(id)
 }
 
+// del takes a chain off; with m.ops held.
 func (m *Manager) del(id uint32) error {
 	c, ok := m.chains[id]
 	if !ok {
 		return fmt.Errorf("no chain %d", id)
 	}
-	if err := m.detach(c); err != nil {
+	m.mu.Lock()
+	err := m.detach(c)
+	if err == nil {
+		delete(m.chains, id)
+	}
+	m.mu.Unlock()
+	if err != nil {
 		// Inert (it runs no step) but still attached: keep it, so that
 		// a retry or Close can take it off.
 		return fmt.Errorf("detach chain %d from %s %s: %w", id, c.spec.Dev, c.spec.Hook, err)
@@ -247,7 +257,6 @@ func (m *Manager) del(id uint32) error {
 	for _, k := range drop {
 		m.objs.MpsteerWithheld.Delete(&k)
 	}
-	delete(m.chains, id)
 	return nil
 }
 
@@ -258,11 +267,13 @@ func (m *Manager) del(id uint32) error {
 // one, never a mix. Counters, withheld options and the chain's place on
 // the hook stay.
 func (m *Manager) Replace(id uint32, selectExpr, actExpr string) (*ChainStatus, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ops.Lock()
+	defer m.ops.Unlock()
 	return m.replace(id, selectExpr, actExpr)
 }
 
+// replace builds the new chain without m.mu and swaps it in with it; with
+// m.ops held.
 func (m *Manager) replace(id uint32, selectExpr, actExpr string) (*ChainStatus, error) {
 	c, ok := m.chains[id]
 	if !ok {
@@ -289,6 +300,8 @@ func (m *Manager) replace(id uint32, selectExpr, actExpr string) (*ChainStatus, 
 	if err := m.prepare(nc, next, prog); err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if c.link != nil {
 		if err := c.link.Update(nc.entry); err != nil {
 			nc.entry.Close()
@@ -306,8 +319,8 @@ func (m *Manager) replace(id uint32, selectExpr, actExpr string) (*ChainStatus, 
 // while the two links swap, the chain is paused (packets pass untouched)
 // rather than run twice.
 func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ops.Lock()
+	defer m.ops.Unlock()
 	c, ok := m.chains[id]
 	if !ok || c.link == nil {
 		return nil, fmt.Errorf("no chain %d", id)
@@ -334,6 +347,8 @@ func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := c.cur.pause(true); err != nil {
 		np.prog.Close()
 		return nil, err
@@ -362,8 +377,8 @@ func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
 // BPF_PROG_TEST_RUN: the returned entry program runs the chain on packets
 // given to it (they start with an Ethernet header, l2len 14).
 func (m *Manager) AddDetached(selectExpr, actExpr string) (uint32, *ebpf.Program, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ops.Lock()
+	defer m.ops.Unlock()
 	prog, err := Compile(selectExpr, actExpr, m.userNames())
 	if err != nil {
 		return 0, nil, err
@@ -385,7 +400,9 @@ func (m *Manager) AddDetached(selectExpr, actExpr string) (uint32, *ebpf.Program
 	if !m.pinned {
 		m.resetStats(id)
 	}
+	m.mu.Lock()
 	m.chains[id] = c
+	m.mu.Unlock()
 	return id, c.entry, nil
 }
 

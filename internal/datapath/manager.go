@@ -18,7 +18,15 @@ import (
 // Manager owns the shared maps, the loaded actors and the chains (one
 // program each) of one network namespace. Closing it detaches every
 // chain: packets flow as if mpsteer were not there (fail open).
+//
+// Changes to chains (add, replace, move, release, delete, load an actor)
+// take m.ops, one at a time; they build and verify programs (milliseconds,
+// tens for a long chain) holding only it. What List and Status read (the
+// chains and their programs) changes only under m.mu as well, taken to
+// attach, swap and detach: the daemon's metrics, which list the chains
+// while holding the daemon's own lock, never wait for a build.
 type Manager struct {
+	ops       sync.Mutex
 	mu        sync.Mutex
 	spec      *ebpf.CollectionSpec
 	chainSpec *ebpf.CollectionSpec // the chain program and what it uses
@@ -29,6 +37,9 @@ type Manager struct {
 	chains    map[uint32]*chain
 	pinned    bool
 	sockCache uint32 // the chains' sock_cache
+	// loadHook, when set (by tests), is called as a chain's program is
+	// about to be built and verified.
+	loadHook func()
 }
 
 // Options tune a Manager.
@@ -97,13 +108,15 @@ func NewManagerWith(o Options) (*Manager, error) {
 // Close detaches every chain and unloads everything. With pinned maps the
 // chains' state stays for the next process.
 func (m *Manager) Close() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ops.Lock()
+	defer m.ops.Unlock()
 	var errs error
 	for id, c := range m.chains {
 		if m.pinned {
+			m.mu.Lock()
 			errs = errors.Join(errs, m.detach(c))
 			delete(m.chains, id)
+			m.mu.Unlock()
 			continue
 		}
 		errs = errors.Join(errs, m.del(id))

@@ -19,8 +19,8 @@ type Withheld struct {
 // its selector is widened (atomically) by the 4-tuples of the subflows
 // concerned. It returns how many options were released.
 func (m *Manager) Release(id uint32) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.ops.Lock()
+	defer m.ops.Unlock()
 	c, ok := m.chains[id]
 	if !ok {
 		return 0, fmt.Errorf("no chain %d", id)

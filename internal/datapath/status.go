@@ -62,6 +62,8 @@ func (m *Manager) Status(id uint32) (*ChainStatus, error) {
 	return m.status(c), nil
 }
 
+// status reads a chain's state; with m.mu or m.ops held (what it reads
+// changes only with both).
 func (m *Manager) status(c *chain) *ChainStatus {
 	st := &ChainStatus{ChainSpec: c.spec, Ifindex: c.ifindex}
 	// One program: its run time covers the chain (loaded actors are
