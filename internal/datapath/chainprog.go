@@ -12,13 +12,13 @@ import (
 )
 
 // A chain runs as one BPF program, built when the chain is added or
-// replaced: the program's source (bpf/steps.bpf.c, mpsteer_chain) reads
+// replaced: the program's source (bpf/chain.bpf.c, mpsteer_chain) reads
 // the chain's steps from read-only globals, which are set here before the
 // program is loaded. The verifier sees them as constants: it checks only
 // the steps the chain has and drops the code of the others, and the JIT
 // turns what is left into straight code with direct branches.
 
-// Step kinds (mirror K_* in steps.bpf.c), by the program names Compile
+// Step kinds (mirror K_* in bpf/chain.h), by the program names Compile
 // gives the built-in steps.
 var stepKinds = map[string]uint8{
 	"sel_tuple": 1, "sel_prefix": 2, "sel_seq": 3, "sel_type": 4,
@@ -27,7 +27,7 @@ var stepKinds = map[string]uint8{
 
 const kindUser = 11
 
-// What a chain needs parsed (mirror NEED_* in steps.bpf.c).
+// What a chain needs parsed (mirror NEED_* in bpf/chain.h).
 const (
 	needAddrs = 0x1
 	needOpts  = 0x2

@@ -406,8 +406,9 @@ func (m *Manager) AddDetached(selectExpr, actExpr string) (uint32, *ebpf.Program
 	return id, c.entry, nil
 }
 
-// program is a chain's current program (for tests that run it).
-func (m *Manager) program(id uint32) *ebpf.Program {
+// Program is a chain's current program, for BPF_PROG_TEST_RUN (tests and
+// benchmarks); nil for no such chain. Replace and Move change it.
+func (m *Manager) Program(id uint32) *ebpf.Program {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c, ok := m.chains[id]; ok {

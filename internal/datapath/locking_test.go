@@ -11,22 +11,25 @@ import (
 // read them while holding the daemon's own lock. The test holds a chain's
 // build open (the manager's load hook blocks) and lists meanwhile.
 func TestListAndStatusDoNotWaitForABuild(t *testing.T) {
-	h := newHarness(t)
-	id, _ := h.chain("", "count")
+	m := newTestManager(t)
+	id, _, err := m.AddDetached("", "count")
+	if err != nil {
+		t.Fatal(err)
+	}
 	building := make(chan struct{})
 	finish := make(chan struct{})
 	var once sync.Once
-	h.m.loadHook = func() {
+	m.loadHook = func() {
 		once.Do(func() { close(building) })
 		<-finish
 	}
 	added := make(chan error, 1)
-	go func() { _, _, err := h.m.AddDetached("type(data)", "count"); added <- err }()
+	go func() { _, _, err := m.AddDetached("type(data)", "count"); added <- err }()
 	<-building
 	listed := make(chan []*ChainStatus, 1)
 	go func() {
-		l := h.m.List()
-		if _, err := h.m.Status(id); err != nil {
+		l := m.List()
+		if _, err := m.Status(id); err != nil {
 			t.Error(err)
 		}
 		listed <- l
@@ -47,7 +50,7 @@ func TestListAndStatusDoNotWaitForABuild(t *testing.T) {
 	if err := <-added; err != nil {
 		t.Fatal(err)
 	}
-	if l := h.m.List(); len(l) != 2 {
+	if l := m.List(); len(l) != 2 {
 		t.Fatalf("after the build, %d chains, want 2", len(l))
 	}
 }

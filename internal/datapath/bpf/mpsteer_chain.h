@@ -3,7 +3,7 @@
  * mpsteer selector-actor chains: the maps and the interface for a user's
  * own actor.
  *
- * A chain is one program (steps.bpf.c), attached to a TC hook (TCX
+ * A chain is one program (chain.bpf.c), attached to a TC hook (TCX
  * ingress or egress): its built-in selectors and actors are compiled into
  * it. A loaded actor (a separate object) is reached by a tail call through
  * the `mpsteer_steps` program array, with the packet's metadata in
