@@ -29,9 +29,10 @@ const kindUser = 11
 
 // What a chain needs parsed (mirror NEED_* in bpf/chain.h).
 const (
-	needAddrs = 0x1
-	needOpts  = 0x2
-	needUser  = 0x4
+	needAddrs   = 0x1
+	needOpts    = 0x2
+	needUser    = 0x4
+	needRelease = 0x8
 )
 
 // resumeIndex is where mpsteer_resume sits in mpsteer_steps: a loaded
@@ -107,7 +108,7 @@ func (m *Manager) bake(prog *Program) (*bakedChain, error) {
 			b.needs |= needAddrs
 			copy(out.Args[:], st.Args[:])
 		case "act_strip_add_addr":
-			b.needs |= needAddrs | needOpts
+			b.needs |= needAddrs | needOpts | needRelease
 		default:
 			copy(out.Args[:], st.Args[:])
 		}
@@ -226,9 +227,9 @@ func (m *Manager) loadChain(id, slot, l2 uint32, prog *Program, paused bool) (*c
 	if m.loadHook != nil {
 		m.loadHook()
 	}
-	b, err := m.bake(prog)
-	if err != nil {
-		return nil, err
+	b, berr := m.bake(prog)
+	if berr != nil {
+		return nil, berr
 	}
 	spec := m.chainSpec.Copy()
 	pause := uint32(0)
@@ -244,18 +245,34 @@ func (m *Manager) loadChain(id, slot, l2 uint32, prog *Program, paused bool) (*c
 			return nil, fmt.Errorf("chain program: %s: %w", name, err)
 		}
 	}
-	var objs struct {
-		Chain  *ebpf.Program  `ebpf:"mpsteer_chain"`
-		Paused *ebpf.Variable `ebpf:"paused"`
-	}
 	// The kernel's types (for CO-RE) are decoded once per manager rather
 	// than at every load.
 	if m.btfCache == nil {
 		m.btfCache = btf.NewCache()
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: m.sharedMaps(), Cache: m.btfCache}
-	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+	// Chains with strip_add_addr are built from mpsteer_chain_release,
+	// which also puts back what was released (chain.bpf.c); only the
+	// program asked for is loaded.
+	p := &chainProg{user: b.user}
+	var err error
+	if b.needs&needRelease != 0 {
+		var objs struct {
+			Chain  *ebpf.Program  `ebpf:"mpsteer_chain_release"`
+			Paused *ebpf.Variable `ebpf:"paused"`
+		}
+		err = spec.LoadAndAssign(&objs, opts)
+		p.prog, p.paused = objs.Chain, objs.Paused
+	} else {
+		var objs struct {
+			Chain  *ebpf.Program  `ebpf:"mpsteer_chain"`
+			Paused *ebpf.Variable `ebpf:"paused"`
+		}
+		err = spec.LoadAndAssign(&objs, opts)
+		p.prog, p.paused = objs.Chain, objs.Paused
+	}
+	if err != nil {
 		return nil, fmt.Errorf("load the chain's program: %w", bpfutil.VerifierDetail(err))
 	}
-	return &chainProg{prog: objs.Chain, paused: objs.Paused, user: b.user}, nil
+	return p, nil
 }

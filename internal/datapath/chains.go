@@ -244,19 +244,7 @@ func (m *Manager) del(id uint32) error {
 	for slot := id * 2; slot < id*2+2; slot++ {
 		m.objs.MpsteerResumes.Delete(slot)
 	}
-	m.objs.MpsteerReleasePending.Put(id, uint32(0))
-	var k stepsWithheldKey
-	var v stepsWithheldVal
-	it := m.objs.MpsteerWithheld.Iterate()
-	var drop []stepsWithheldKey
-	for it.Next(&k, &v) {
-		if k.Chain == id {
-			drop = append(drop, k)
-		}
-	}
-	for _, k := range drop {
-		m.objs.MpsteerWithheld.Delete(&k)
-	}
+	m.forgetWithheld(id)
 	return nil
 }
 

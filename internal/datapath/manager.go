@@ -59,7 +59,7 @@ type Options struct {
 
 // persistentMaps hold state keyed by chain id; the others (descriptors,
 // program array) are rebuilt by every process.
-var persistentMaps = []string{"mpsteer_withheld", "mpsteer_stats", "mpsteer_step_count", "mpsteer_release_pending"}
+var persistentMaps = []string{"mpsteer_withheld", "mpsteer_stats", "mpsteer_step_count", "mpsteer_release_ids", "mpsteer_released_ids", "mpsteer_release_count"}
 
 // NewManager loads the shared maps, fresh.
 func NewManager() (*Manager, error) { return NewManagerWith(Options{}) }
@@ -73,7 +73,7 @@ func NewManagerWith(o Options) (*Manager, error) {
 	}
 	chainSpec := spec.Copy()
 	for name := range chainSpec.Programs {
-		if name != "mpsteer_chain" {
+		if name != "mpsteer_chain" && name != "mpsteer_chain_release" {
 			delete(chainSpec.Programs, name)
 		}
 	}
@@ -143,7 +143,8 @@ func (m *Manager) sharedMaps() map[string]*ebpf.Map {
 		"mpsteer_steps": m.objs.MpsteerSteps, "mpsteer_chains": m.objs.MpsteerChains,
 		"mpsteer_stats": m.objs.MpsteerStats, "mpsteer_step_count": m.objs.MpsteerStepCount,
 		"mpsteer_withheld":        m.objs.MpsteerWithheld,
-		"mpsteer_release_pending": m.objs.MpsteerReleasePending, "mpsteer_resumes": m.objs.MpsteerResumes,
+		"mpsteer_release_ids": m.objs.MpsteerReleaseIds, "mpsteer_released_ids": m.objs.MpsteerReleasedIds,
+		"mpsteer_release_count": m.objs.MpsteerReleaseCount, "mpsteer_resumes": m.objs.MpsteerResumes,
 	}
 }
 

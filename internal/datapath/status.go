@@ -25,6 +25,9 @@ type ChainStatus struct {
 	// (sysctl kernel.bpf_stats_enabled=1, or a benchmark holding them).
 	CPUTimeNs uint64     `json:"cpu_time_ns,omitempty"`
 	Withheld  []Withheld `json:"withheld_add_addr,omitempty"`
+	// ReleasePending counts the withheld ADD_ADDR options released
+	// (chain release) and not yet put back into a packet.
+	ReleasePending uint64 `json:"release_pending_options,omitempty"`
 }
 
 // StepCount is one step with its count actor's counters.
@@ -65,7 +68,7 @@ func (m *Manager) Status(id uint32) (*ChainStatus, error) {
 // status reads a chain's state; with m.mu or m.ops held (what it reads
 // changes only with both).
 func (m *Manager) status(c *chain) *ChainStatus {
-	st := &ChainStatus{ChainSpec: c.spec, Ifindex: c.ifindex}
+	st := &ChainStatus{ChainSpec: c.spec, Ifindex: c.ifindex, ReleasePending: m.releasePending(c.spec.ID)}
 	// One program: its run time covers the chain (loaded actors are
 	// reached by tail calls, which do not return).
 	st.CPUTimeNs = c.runtime()
@@ -103,7 +106,7 @@ func (m *Manager) status(c *chain) *ChainStatus {
 			continue
 		}
 		st.Withheld = append(st.Withheld, Withheld{AddrID: k.AddrId, Subflow: keySubflow(k),
-			Option: fmt.Sprintf("%x", v.Opt[:min(int(v.Len), len(v.Opt))]), Released: v.Release != 0})
+			Option: fmt.Sprintf("%x", v.Opt[:min(int(v.Len), len(v.Opt))]), Released: v.Release != withheldKept, PutBack: v.Release == withheldPutBack})
 	}
 	return st
 }

@@ -109,15 +109,8 @@ static __always_inline int run_steps(struct __sk_buff *skb, struct cx *x, struct
 		} else if (kind == K_BACKUP) {
 			r = mpsteer_backup(skb, x, st, s->args[0], s->args[1]);
 		} else if (kind == K_STRIP) {
-			if (x->types & T_ADD_ADDR) {
+			if (x->types & T_ADD_ADDR)
 				r = mpsteer_strip(skb, x, st);
-			} else {
-				__u32 cid = chain_id;
-				__u32 *pending = bpf_map_lookup_elem(&mpsteer_release_pending, &cid);
-				if (!pending || !*pending)
-					continue; /* nothing to put back: the common case */
-				r = mpsteer_release(skb, x, st);
-			}
 		} else if (kind == K_USER) {
 			/* A loaded actor: the packet's metadata in skb->cb as
 			 * mpsteer_chain.h says, then a tail call; it comes back
@@ -143,8 +136,7 @@ static __always_inline int run_steps(struct __sk_buff *skb, struct cx *x, struct
  * parses again (the actor may have changed the packet), takes the packet
  * types and option places as the chain had them, and goes on at the
  * step in skb->cb[0]. */
-SEC("tc")
-int mpsteer_chain(struct __sk_buff *skb)
+static __always_inline int chain(struct __sk_buff *skb, const int release)
 {
 	__u32 start = 0, resumed = 0;
 	if (needs & NEED_USER) {
@@ -179,8 +171,29 @@ int mpsteer_chain(struct __sk_buff *skb)
 			mpsteer_classify(skb, &x);
 		if (needs & NEED_USER)
 			skb->cb[4] = 0;
+		/* ADD_ADDR options the chain withheld and was told to release
+		 * go back into any packet of their subflow, selected or not
+		 * (the steps then see the packet as it leaves). */
+		if (release && release_pending() && mpsteer_release(skb, &x, st))
+			return TCX_DROP;
 	}
 	return run_steps(skb, &x, st, start);
+}
+
+/* The chain's program. Chains with strip_add_addr are loaded from
+ * mpsteer_chain_release instead, the same with release's check at the
+ * entry: a separate program, so that the code of every other chain is
+ * compiled as if release were not there. */
+SEC("tc")
+int mpsteer_chain(struct __sk_buff *skb)
+{
+	return chain(skb, 0);
+}
+
+SEC("tc")
+int mpsteer_chain_release(struct __sk_buff *skb)
+{
+	return chain(skb, 1);
 }
 
 /* Where a loaded actor's mpsteer_next() goes when the next step is a

@@ -39,6 +39,7 @@
 #define NEED_ADDRS 0x1 /* addresses (selectors, socket lookups, withheld keys) */
 #define NEED_OPTS 0x2  /* the option walk: packet types, DSS and ADD_ADDR places */
 #define NEED_USER 0x4  /* a loaded actor: skb->cb as mpsteer_chain.h says */
+#define NEED_RELEASE 0x8 /* strip_add_addr: put back what was released */
 
 /* What an actor did, for the chain's counters. */
 #define A_MODIFIED 0x1
