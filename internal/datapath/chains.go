@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Hook is where a chain runs.
@@ -37,9 +37,10 @@ type chain struct {
 	ifindex int
 	l2      uint32
 	slot    uint32        // active descriptor slot
+	netns   string        // the network namespace of its device
 	entry   *ebpf.Program // the chain's program (the one attached)
 	cur     *chainProg    // the same, with its pause switch
-	link    link.Link
+	att     attachment    // nil: not attached (AddDetached)
 	// runtime of the chain's earlier programs (replaced, moved), so
 	// that CPUTimeNs covers the chain's whole life
 	runtimeBase uint64
@@ -83,7 +84,13 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 	} else if _, used := m.chains[spec.ID]; used {
 		return nil, fmt.Errorf("chain %d exists already", spec.ID)
 	}
-	anchor := link.Tail()
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("this network namespace: %w", err)
+	}
+	c := &chain{spec: spec, prog: prog, ifindex: l.Attrs().Index, l2: l2, slot: spec.ID * 2, netns: ns.UniqueId()}
+	ns.Close()
+	var at place
 	for _, ref := range []struct {
 		id     uint32
 		before bool
@@ -92,16 +99,11 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 			continue
 		}
 		other, ok := m.chains[ref.id]
-		if !ok || other.ifindex != l.Attrs().Index || other.spec.Hook != spec.Hook {
+		if !ok || other.att == nil || hookOf(other) != hookOf(c) {
 			return nil, fmt.Errorf("chain %d is not on %s %s: cannot place chain %d next to it", ref.id, spec.Dev, spec.Hook, spec.ID)
 		}
-		if ref.before {
-			anchor = link.BeforeLink(other.link)
-		} else {
-			anchor = link.AfterLink(other.link)
-		}
+		at = place{ref: other, before: ref.before}
 	}
-	c := &chain{spec: spec, prog: prog, ifindex: l.Attrs().Index, l2: l2, slot: spec.ID * 2}
 	if err := m.prepare(c, c.slot, prog); err != nil {
 		return nil, err
 	}
@@ -110,11 +112,7 @@ func (m *Manager) Add(spec ChainSpec) (*ChainStatus, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	attach := ebpf.AttachTCXIngress
-	if spec.Hook == Egress {
-		attach = ebpf.AttachTCXEgress
-	}
-	c.link, err = link.AttachTCX(link.TCXOptions{Interface: c.ifindex, Program: c.entry, Attach: attach, Anchor: anchor})
+	c.att, err = m.attach(c, c.entry, at)
 	if err != nil {
 		m.unprepare(c, c.slot)
 		return nil, fmt.Errorf("attach to %s %s: %w", spec.Dev, spec.Hook, err)
@@ -207,7 +205,7 @@ func (c *chain) retire() {
 		return
 	}
 	c.runtimeBase = c.runtime()
-	if c.link == nil {
+	if c.att == nil {
 		c.retired = append(c.retired, c.entry)
 	} else {
 		c.entry.Close()
@@ -290,8 +288,8 @@ func (m *Manager) replace(id uint32, selectExpr, actExpr string) (*ChainStatus, 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c.link != nil {
-		if err := c.link.Update(nc.entry); err != nil {
+	if c.att != nil {
+		if err := c.att.update(nc.entry); err != nil {
 			nc.entry.Close()
 			return nil, fmt.Errorf("replace chain %d: %w", id, err)
 		}
@@ -304,13 +302,13 @@ func (m *Manager) replace(id uint32, selectExpr, actExpr string) (*ChainStatus, 
 
 // Move places a chain before or after another chain of its hook. A new
 // instance of the chain's program is loaded and attached at the new place;
-// while the two links swap, the chain is paused (packets pass untouched)
-// rather than run twice.
+// while the two attachments swap, the chain is paused (packets pass
+// untouched) rather than run twice.
 func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
 	m.ops.Lock()
 	defer m.ops.Unlock()
 	c, ok := m.chains[id]
-	if !ok || c.link == nil {
+	if !ok || c.att == nil {
 		return nil, fmt.Errorf("no chain %d", id)
 	}
 	ref, place := before, "before"
@@ -318,17 +316,10 @@ func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
 		ref, place = after, "after"
 	}
 	other, ok := m.chains[ref]
-	if !ok || ref == id || other.link == nil || other.ifindex != c.ifindex || other.spec.Hook != c.spec.Hook {
+	if !ok || ref == id || other.att == nil || hookOf(other) != hookOf(c) {
 		return nil, fmt.Errorf("chain %d is not another chain on %s %s", ref, c.spec.Dev, c.spec.Hook)
 	}
-	anchor := link.AfterLink(other.link)
-	if place == "before" {
-		anchor = link.BeforeLink(other.link)
-	}
-	attach := ebpf.AttachTCXIngress
-	if c.spec.Hook == Egress {
-		attach = ebpf.AttachTCXEgress
-	}
+	at := placeAt(other, place == "before")
 	// A program is attached at most once per hook: a second instance,
 	// loaded (and verified) paused, before the chain pauses.
 	np, err := m.loadChain(id, c.slot, c.l2, c.prog, true)
@@ -337,27 +328,25 @@ func (m *Manager) Move(id, before, after uint32) (*ChainStatus, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := c.cur.pause(true); err != nil {
-		np.prog.Close()
-		return nil, err
+	attachNew := func(c *chain, p *ebpf.Program) (attachment, error) { return m.attachTCX(c, p, at) }
+	if _, ok := c.att.(*clsactAttachment); ok {
+		prio, err := m.clsactPrio(c, at) // may renumber the hook, c too
+		if err != nil {
+			np.prog.Close()
+			return nil, err
+		}
+		attachNew = func(c *chain, p *ebpf.Program) (attachment, error) { return m.attachClsactAt(c, p, prio) }
+		if prio == c.att.(*clsactAttachment).prio() { // there already
+			np.prog.Close()
+			attachNew = nil
+		}
 	}
-	nl, err := link.AttachTCX(link.TCXOptions{Interface: c.ifindex, Program: np.prog, Attach: attach, Anchor: anchor})
-	if err != nil {
-		np.prog.Close()
-		c.cur.pause(false)
-		return nil, fmt.Errorf("move chain %d %s %d: %w", id, place, ref, err)
-	}
-	c.link.Close()
-	c.link = nl
-	c.retire()
-	c.entry, c.cur = np.prog, np
-	if np.user {
-		m.objs.MpsteerResumes.Put(c.slot, np.prog)
+	if attachNew != nil {
+		if err := m.swapAttachment(c, np, attachNew); err != nil {
+			return nil, fmt.Errorf("move chain %d %s %d: %w", id, place, ref, err)
+		}
 	}
 	c.spec.Before, c.spec.After = before, after
-	if err := np.pause(false); err != nil {
-		return nil, err
-	}
 	return m.status(c), nil
 }
 

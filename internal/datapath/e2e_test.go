@@ -32,6 +32,7 @@ func addChain(t *testing.T, d *testutil.Daemon, spec datapath.ChainSpec) datapat
 	if err := d.Client.Do(http.MethodPost, "/v1/chains", spec, &st); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("chain %d on %s %s, attached with %s", st.ID, st.Dev, st.Hook, st.Attach)
 	return st
 }
 

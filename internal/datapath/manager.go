@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"mpsteer/internal/bpfutil"
@@ -37,9 +38,15 @@ type Manager struct {
 	chains    map[uint32]*chain
 	pinned    bool
 	sockCache uint32 // the chains' sock_cache
+	// mode is how chains are attached: AttachAuto until the first
+	// attachment finds out; clsact the devices with chains on tc.
+	mode   AttachMode
+	clsact map[string]*clsactDev
 	// loadHook, when set (by tests), is called as a chain's program is
-	// about to be built and verified.
+	// about to be built and verified; tcxHook attaches in place of
+	// link.AttachTCX (a kernel without TCX).
 	loadHook func()
+	tcxHook  func(link.TCXOptions) (link.Link, error)
 }
 
 // Options tune a Manager.
@@ -55,6 +62,11 @@ type Options struct {
 	// keeping what they read per CPU for the rest of a jiffy: what a
 	// packet of a new flow costs (the benchmark's cold figures).
 	NoSocketCache bool
+	// Attach chooses how chains are attached: TCX (kernels from 6.6),
+	// a tc clsact filter, or (AttachAuto, the default) TCX where the
+	// kernel has it and tc where it has not. AttachEnv overrides
+	// AttachAuto.
+	Attach AttachMode
 }
 
 // persistentMaps hold state keyed by chain id; the others (descriptors,
@@ -77,7 +89,12 @@ func NewManagerWith(o Options) (*Manager, error) {
 			delete(chainSpec.Programs, name)
 		}
 	}
-	m := &Manager{spec: spec, chainSpec: chainSpec, index: map[string]uint32{}, user: map[string]*ebpf.Program{}, chains: map[uint32]*chain{}, sockCache: 1}
+	mode, err := attachModeFrom(o)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{spec: spec, chainSpec: chainSpec, index: map[string]uint32{}, user: map[string]*ebpf.Program{}, chains: map[uint32]*chain{}, sockCache: 1,
+		mode: mode, clsact: map[string]*clsactDev{}}
 	if o.NoSocketCache {
 		m.sockCache = 0
 	}
@@ -142,7 +159,7 @@ func (m *Manager) sharedMaps() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		"mpsteer_steps": m.objs.MpsteerSteps, "mpsteer_chains": m.objs.MpsteerChains,
 		"mpsteer_stats": m.objs.MpsteerStats, "mpsteer_step_count": m.objs.MpsteerStepCount,
-		"mpsteer_withheld":        m.objs.MpsteerWithheld,
+		"mpsteer_withheld":    m.objs.MpsteerWithheld,
 		"mpsteer_release_ids": m.objs.MpsteerReleaseIds, "mpsteer_released_ids": m.objs.MpsteerReleasedIds,
 		"mpsteer_release_count": m.objs.MpsteerReleaseCount, "mpsteer_resumes": m.objs.MpsteerResumes,
 	}

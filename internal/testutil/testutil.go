@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"mpsteer/internal/observe"
 )
@@ -117,4 +118,18 @@ func Sampler(t testing.TB, ns string) *observe.Sampler {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// Eventually waits for cond to hold, checking it every millisecond, and
+// fails the test if it does not within the bound: tests wait on a state
+// (a counter, an event), never on a guess of how long it takes.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
