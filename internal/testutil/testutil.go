@@ -125,11 +125,20 @@ func Sampler(t testing.TB, ns string) *observe.Sampler {
 // (a counter, an event), never on a guess of how long it takes.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	if !Within(within, cond) {
+		t.Fatalf("%s: not within %v", what, within)
+	}
+}
+
+// Within reports whether cond holds within d, checking it every
+// millisecond (for a test that says more than Eventually when it fails).
+func Within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return true
 }
