@@ -84,9 +84,13 @@ func maxStepChains() [][2]string {
 }
 
 // The verifier accepts chains of MaxSteps steps of every built-in, and
-// they run; load times and the verifier's work are logged.
+// they run; load times and the verifier's work are logged. Built with the
+// kfuncs of 6.2 and without.
 func TestMaxStepChainsLoadAndRun(t *testing.T) {
-	h := dt.NewHarness(t)
+	dt.Kfuncs(t, testMaxStepChains)
+}
+
+func testMaxStepChains(t *testing.T, h *dt.Harness) {
 	pkts := [][]byte{
 		dt.Build(t, dt.ACKPkt(false, dt.V4A, dt.V4B, dt.Nop, dt.Nop, dt.TSOpt, dt.DSSAck)),
 		dt.Build(t, dt.ACKPkt(true, dt.V6A, dt.V6B, dt.Nop, dt.Nop, dt.TSOpt, dt.DSSData)),

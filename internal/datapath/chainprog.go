@@ -252,27 +252,48 @@ func (m *Manager) loadChain(id, slot, l2 uint32, prog *Program, paused bool) (*c
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: m.sharedMaps(), Cache: m.btfCache}
 	// Chains with strip_add_addr are built from mpsteer_chain_release,
-	// which also puts back what was released (chain.bpf.c); only the
+	// which also puts back what was released; on a kernel without the
+	// kfuncs of 6.2 from the *_no_kfuncs entries (chain.bpf.c). Only the
 	// program asked for is loaded.
 	p := &chainProg{user: b.user}
 	var err error
-	if b.needs&needRelease != 0 {
-		var objs struct {
-			Chain  *ebpf.Program  `ebpf:"mpsteer_chain_release"`
-			Paused *ebpf.Variable `ebpf:"paused"`
-		}
-		err = spec.LoadAndAssign(&objs, opts)
-		p.prog, p.paused = objs.Chain, objs.Paused
-	} else {
-		var objs struct {
-			Chain  *ebpf.Program  `ebpf:"mpsteer_chain"`
-			Paused *ebpf.Variable `ebpf:"paused"`
-		}
-		err = spec.LoadAndAssign(&objs, opts)
-		p.prog, p.paused = objs.Chain, objs.Paused
-	}
+	p.prog, p.paused, err = loadEntry(spec, b.needs&needRelease != 0, m.noKfuncs, opts)
 	if err != nil {
 		return nil, fmt.Errorf("load the chain's program: %w", bpfutil.VerifierDetail(err))
 	}
 	return p, nil
+}
+
+// loadEntry loads one of the chain program's entries (and the maps and
+// globals it uses).
+func loadEntry(spec *ebpf.CollectionSpec, release, noKfuncs bool, opts *ebpf.CollectionOptions) (*ebpf.Program, *ebpf.Variable, error) {
+	switch {
+	case release && noKfuncs:
+		var o struct {
+			Prog   *ebpf.Program  `ebpf:"mpsteer_chain_release_no_kfuncs"`
+			Paused *ebpf.Variable `ebpf:"paused"`
+		}
+		err := spec.LoadAndAssign(&o, opts)
+		return o.Prog, o.Paused, err
+	case release:
+		var o struct {
+			Prog   *ebpf.Program  `ebpf:"mpsteer_chain_release"`
+			Paused *ebpf.Variable `ebpf:"paused"`
+		}
+		err := spec.LoadAndAssign(&o, opts)
+		return o.Prog, o.Paused, err
+	case noKfuncs:
+		var o struct {
+			Prog   *ebpf.Program  `ebpf:"mpsteer_chain_no_kfuncs"`
+			Paused *ebpf.Variable `ebpf:"paused"`
+		}
+		err := spec.LoadAndAssign(&o, opts)
+		return o.Prog, o.Paused, err
+	}
+	var o struct {
+		Prog   *ebpf.Program  `ebpf:"mpsteer_chain"`
+		Paused *ebpf.Variable `ebpf:"paused"`
+	}
+	err := spec.LoadAndAssign(&o, opts)
+	return o.Prog, o.Paused, err
 }

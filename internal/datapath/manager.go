@@ -38,6 +38,7 @@ type Manager struct {
 	chains    map[uint32]*chain
 	pinned    bool
 	sockCache uint32 // the chains' sock_cache
+	noKfuncs  bool   // build clamp_rwnd and set_backup without the kfuncs of 6.2
 	// mode is how chains are attached: AttachAuto until the first
 	// attachment finds out; clsact the devices with chains on tc.
 	mode   AttachMode
@@ -62,6 +63,11 @@ type Options struct {
 	// keeping what they read per CPU for the rest of a jiffy: what a
 	// packet of a new flow costs (the benchmark's cold figures).
 	NoSocketCache bool
+	// WithoutKfuncs builds chains as for a kernel without the kfuncs of
+	// 6.2 (bpf_cast_to_kern_ctx, bpf_rdonly_cast), as on Debian 12's
+	// 6.1, which is what a manager does where the kernel lacks them:
+	// tests run that way on any kernel.
+	WithoutKfuncs bool
 	// Attach chooses how chains are attached: TCX (kernels from 6.6),
 	// a tc clsact filter, or (AttachAuto, the default) TCX where the
 	// kernel has it and tc where it has not. AttachEnv overrides
@@ -85,7 +91,7 @@ func NewManagerWith(o Options) (*Manager, error) {
 	}
 	chainSpec := spec.Copy()
 	for name := range chainSpec.Programs {
-		if name != "mpsteer_chain" && name != "mpsteer_chain_release" {
+		if !strings.HasPrefix(name, "mpsteer_chain") {
 			delete(chainSpec.Programs, name)
 		}
 	}
@@ -98,6 +104,7 @@ func NewManagerWith(o Options) (*Manager, error) {
 	if o.NoSocketCache {
 		m.sockCache = 0
 	}
+	m.noKfuncs = o.WithoutKfuncs || !kernelHasKfuncs()
 	var opts *ebpf.CollectionOptions
 	if o.PinDir != "" {
 		if err := ensureBPFFS(o.PinDir); err != nil {
@@ -206,4 +213,20 @@ func ensureBPFFS(dir string) error {
 		return fmt.Errorf("persist: %w", err)
 	}
 	return nil
+}
+
+// kernelHasKfuncs reports whether the kernel has the kfuncs clamp_rwnd
+// and set_backup use where they can (from 6.2).
+func kernelHasKfuncs() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	for _, name := range []string{"bpf_cast_to_kern_ctx", "bpf_rdonly_cast"} {
+		var fn *btf.Func
+		if spec.TypeByName(name, &fn) != nil {
+			return false
+		}
+	}
+	return true
 }

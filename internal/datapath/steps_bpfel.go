@@ -101,28 +101,30 @@ type stepsWithheldVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	stepsMapMpsteerChains        = "mpsteer_chains"
-	stepsMapMpsteerReleaseCount  = "mpsteer_release_count"
-	stepsMapMpsteerReleaseIds    = "mpsteer_release_ids"
-	stepsMapMpsteerReleasedIds   = "mpsteer_released_ids"
-	stepsMapMpsteerResumes       = "mpsteer_resumes"
-	stepsMapMpsteerSockCache     = "mpsteer_sock_cache"
-	stepsMapMpsteerStats         = "mpsteer_stats"
-	stepsMapMpsteerStepCount     = "mpsteer_step_count"
-	stepsMapMpsteerSteps         = "mpsteer_steps"
-	stepsMapMpsteerWithheld      = "mpsteer_withheld"
-	stepsProgMpsteerChain        = "mpsteer_chain"
-	stepsProgMpsteerChainRelease = "mpsteer_chain_release"
-	stepsProgMpsteerResume       = "mpsteer_resume"
-	stepsVarChainId              = "chain_id"
-	stepsVarChainSlot            = "chain_slot"
-	stepsVarFirstActor           = "first_actor"
-	stepsVarL2len                = "l2len"
-	stepsVarN_steps              = "n_steps"
-	stepsVarNeeds                = "needs"
-	stepsVarPaused               = "paused"
-	stepsVarSockCache            = "sock_cache"
-	stepsVarSteps                = "steps"
+	stepsMapMpsteerChains                = "mpsteer_chains"
+	stepsMapMpsteerReleaseCount          = "mpsteer_release_count"
+	stepsMapMpsteerReleaseIds            = "mpsteer_release_ids"
+	stepsMapMpsteerReleasedIds           = "mpsteer_released_ids"
+	stepsMapMpsteerResumes               = "mpsteer_resumes"
+	stepsMapMpsteerSockCache             = "mpsteer_sock_cache"
+	stepsMapMpsteerStats                 = "mpsteer_stats"
+	stepsMapMpsteerStepCount             = "mpsteer_step_count"
+	stepsMapMpsteerSteps                 = "mpsteer_steps"
+	stepsMapMpsteerWithheld              = "mpsteer_withheld"
+	stepsProgMpsteerChain                = "mpsteer_chain"
+	stepsProgMpsteerChainNoKfuncs        = "mpsteer_chain_no_kfuncs"
+	stepsProgMpsteerChainRelease         = "mpsteer_chain_release"
+	stepsProgMpsteerChainReleaseNoKfuncs = "mpsteer_chain_release_no_kfuncs"
+	stepsProgMpsteerResume               = "mpsteer_resume"
+	stepsVarChainId                      = "chain_id"
+	stepsVarChainSlot                    = "chain_slot"
+	stepsVarFirstActor                   = "first_actor"
+	stepsVarL2len                        = "l2len"
+	stepsVarN_steps                      = "n_steps"
+	stepsVarNeeds                        = "needs"
+	stepsVarPaused                       = "paused"
+	stepsVarSockCache                    = "sock_cache"
+	stepsVarSteps                        = "steps"
 )
 
 // loadSteps returns the embedded CollectionSpec for steps.
@@ -167,9 +169,11 @@ type stepsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stepsProgramSpecs struct {
-	MpsteerChain        *ebpf.ProgramSpec `ebpf:"mpsteer_chain"`
-	MpsteerChainRelease *ebpf.ProgramSpec `ebpf:"mpsteer_chain_release"`
-	MpsteerResume       *ebpf.ProgramSpec `ebpf:"mpsteer_resume"`
+	MpsteerChain                *ebpf.ProgramSpec `ebpf:"mpsteer_chain"`
+	MpsteerChainNoKfuncs        *ebpf.ProgramSpec `ebpf:"mpsteer_chain_no_kfuncs"`
+	MpsteerChainRelease         *ebpf.ProgramSpec `ebpf:"mpsteer_chain_release"`
+	MpsteerChainReleaseNoKfuncs *ebpf.ProgramSpec `ebpf:"mpsteer_chain_release_no_kfuncs"`
+	MpsteerResume               *ebpf.ProgramSpec `ebpf:"mpsteer_resume"`
 }
 
 // stepsMapSpecs contains maps before they are loaded into the kernel.
@@ -269,15 +273,19 @@ type stepsVariables struct {
 //
 // It can be passed to loadStepsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stepsPrograms struct {
-	MpsteerChain        *ebpf.Program `ebpf:"mpsteer_chain"`
-	MpsteerChainRelease *ebpf.Program `ebpf:"mpsteer_chain_release"`
-	MpsteerResume       *ebpf.Program `ebpf:"mpsteer_resume"`
+	MpsteerChain                *ebpf.Program `ebpf:"mpsteer_chain"`
+	MpsteerChainNoKfuncs        *ebpf.Program `ebpf:"mpsteer_chain_no_kfuncs"`
+	MpsteerChainRelease         *ebpf.Program `ebpf:"mpsteer_chain_release"`
+	MpsteerChainReleaseNoKfuncs *ebpf.Program `ebpf:"mpsteer_chain_release_no_kfuncs"`
+	MpsteerResume               *ebpf.Program `ebpf:"mpsteer_resume"`
 }
 
 func (p *stepsPrograms) Close() error {
 	return _StepsClose(
 		p.MpsteerChain,
+		p.MpsteerChainNoKfuncs,
 		p.MpsteerChainRelease,
+		p.MpsteerChainReleaseNoKfuncs,
 		p.MpsteerResume,
 	)
 }

@@ -59,7 +59,8 @@ struct {
  * its own step's code (or none), and jumps between selectors are plain
  * branches. Selectors come first (steps before first_actor), then the
  * actors, one after another. */
-static __always_inline int run_steps(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st, __u32 start)
+static __always_inline int run_steps(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st, __u32 start,
+				     const int no_kfuncs)
 {
 	__u32 cur = start;
 #pragma clang loop unroll(full)
@@ -105,9 +106,15 @@ static __always_inline int run_steps(struct __sk_buff *skb, struct cx *x, struct
 			act_count(skb, i);
 		} else if (kind == K_CLAMP) {
 			const volatile struct clamp_args *a = (const volatile void *)s->args;
-			r = mpsteer_clamp(skb, x, st, a->rate, a->window | (a->egress ? CLAMP_EGRESS : 0));
+			if (no_kfuncs)
+				r = mpsteer_clamp_no_kfuncs(skb, x, st, a->rate, a->window | (a->egress ? CLAMP_EGRESS : 0));
+			else
+				r = mpsteer_clamp(skb, x, st, a->rate, a->window | (a->egress ? CLAMP_EGRESS : 0));
 		} else if (kind == K_BACKUP) {
-			r = mpsteer_backup(skb, x, st, s->args[0], s->args[1]);
+			if (no_kfuncs)
+				r = mpsteer_backup_no_kfuncs(skb, x, st, s->args[0], s->args[1]);
+			else
+				r = mpsteer_backup(skb, x, st, s->args[0], s->args[1]);
 		} else if (kind == K_STRIP) {
 			if (x->types & T_ADD_ADDR)
 				r = mpsteer_strip(skb, x, st);
@@ -136,7 +143,7 @@ static __always_inline int run_steps(struct __sk_buff *skb, struct cx *x, struct
  * parses again (the actor may have changed the packet), takes the packet
  * types and option places as the chain had them, and goes on at the
  * step in skb->cb[0]. */
-static __always_inline int chain(struct __sk_buff *skb, const int release)
+static __always_inline int chain(struct __sk_buff *skb, const int release, const int no_kfuncs)
 {
 	__u32 start = 0, resumed = 0;
 	if (needs & NEED_USER) {
@@ -177,23 +184,39 @@ static __always_inline int chain(struct __sk_buff *skb, const int release)
 		if (release && release_pending() && mpsteer_release(skb, &x, st))
 			return TCX_DROP;
 	}
-	return run_steps(skb, &x, st, start);
+	return run_steps(skb, &x, st, start, no_kfuncs);
 }
 
 /* The chain's program. Chains with strip_add_addr are loaded from
  * mpsteer_chain_release instead, the same with release's check at the
  * entry: a separate program, so that the code of every other chain is
- * compiled as if release were not there. */
+ * compiled as if release were not there. On a kernel without the kfuncs
+ * of 6.2 (bpf_cast_to_kern_ctx, bpf_rdonly_cast: Debian 12's 6.1) the
+ * *_no_kfuncs ones, whose clamp_rwnd and set_backup read what those read
+ * otherwise: before 6.8 the verifier checks every global function a
+ * program holds, called or not, so these hold none that calls them. */
 SEC("tc")
 int mpsteer_chain(struct __sk_buff *skb)
 {
-	return chain(skb, 0);
+	return chain(skb, 0, 0);
 }
 
 SEC("tc")
 int mpsteer_chain_release(struct __sk_buff *skb)
 {
-	return chain(skb, 1);
+	return chain(skb, 1, 0);
+}
+
+SEC("tc")
+int mpsteer_chain_no_kfuncs(struct __sk_buff *skb)
+{
+	return chain(skb, 0, 1);
+}
+
+SEC("tc")
+int mpsteer_chain_release_no_kfuncs(struct __sk_buff *skb)
+{
+	return chain(skb, 1, 1);
 }
 
 /* Where a loaded actor's mpsteer_next() goes when the next step is a

@@ -25,8 +25,14 @@ type Harness struct {
 // NewHarness loads a manager (as root), closed when the test ends.
 func NewHarness(t *testing.T) *Harness {
 	t.Helper()
+	return NewHarnessWith(t, datapath.Options{})
+}
+
+// NewHarnessWith loads a manager with options.
+func NewHarnessWith(t *testing.T, o datapath.Options) *Harness {
+	t.Helper()
 	testutil.RequireRoot(t, "loading BPF programs")
-	m, err := datapath.NewManager()
+	m, err := datapath.NewManagerWith(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,4 +76,12 @@ func (h *Harness) Chain(sel, act string) (uint32, func([]byte) Run) {
 			Modified: after.Modified - before.Modified, Skipped: after.Skipped - before.Skipped,
 			Mark: binary.NativeEndian.Uint32(ctxOut[8:]), Priority: binary.NativeEndian.Uint32(ctxOut[32:])}
 	}
+}
+
+// Kfuncs runs f with a harness whose chains use the kfuncs of 6.2 (where
+// the kernel has them) and with one built as for a kernel without them
+// (Debian 12's 6.1), as subtests.
+func Kfuncs(t *testing.T, f func(t *testing.T, h *Harness)) {
+	t.Run("kfuncs", func(t *testing.T) { f(t, NewHarness(t)) })
+	t.Run("without-kfuncs", func(t *testing.T) { f(t, NewHarnessWith(t, datapath.Options{WithoutKfuncs: true})) })
 }

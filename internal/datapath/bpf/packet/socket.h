@@ -28,7 +28,9 @@ static __always_inline struct bpf_sock *local_sock(struct __sk_buff *skb, struct
 	return bpf_sk_lookup_tcp(skb, &t, size, BPF_F_CURRENT_NETNS, 0);
 }
 
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+/* Weak: a kernel without it (before 6.2) loads chains that do not call
+ * it (chain.bpf.c's *_no_kfuncs entries). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
 /* The MPTCP subflow context of a TCP socket (its ULP data), as a typed
  * read-only pointer: its fields are then read directly (CO-RE), without
@@ -39,6 +41,16 @@ static __always_inline struct mptcp_subflow_context *subflow_ctx(struct tcp_sock
 	if (!ulp)
 		return 0;
 	return bpf_rdonly_cast(ulp, bpf_core_type_id_kernel(struct mptcp_subflow_context));
+}
+
+/* The subflow's backup flag read with bpf_probe_read_kernel, on a kernel
+ * without bpf_rdonly_cast. */
+static __always_inline int subflow_backup_probed(struct tcp_sock *tp)
+{
+	struct mptcp_subflow_context *sf = tp->inet_conn.icsk_ulp_data;
+	if (!sf)
+		return -1;
+	return BPF_CORE_READ_BITFIELD_PROBED(sf, backup);
 }
 
 /* What the socket-reading actors need of the packet's local socket, kept
@@ -78,7 +90,8 @@ static __always_inline int same_flow(const struct sock_info *c, const struct cx 
 	return d == 0;
 }
 
-static __always_inline struct sock_info *sock_info(struct __sk_buff *skb, struct cx *x, __u32 egress)
+/* no_kfuncs (a constant): the kernel has no bpf_rdonly_cast (before 6.2). */
+static __always_inline struct sock_info *sock_info(struct __sk_buff *skb, struct cx *x, __u32 egress, const int no_kfuncs)
 {
 	__u32 zero = 0;
 	struct sock_info *c = bpf_map_lookup_elem(&mpsteer_sock_cache, &zero);
@@ -104,9 +117,13 @@ static __always_inline struct sock_info *sock_info(struct __sk_buff *skb, struct
 				c->wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.snd_wscale);
 			c->srtt_us = tp->srtt_us >> 3;
 			if (tp->is_mptcp) {
-				struct mptcp_subflow_context *sf = subflow_ctx(tp);
-				if (sf)
-					c->backup = BPF_CORE_READ_BITFIELD(sf, backup);
+				if (no_kfuncs) {
+					c->backup = subflow_backup_probed(tp);
+				} else {
+					struct mptcp_subflow_context *sf = subflow_ctx(tp);
+					if (sf)
+						c->backup = BPF_CORE_READ_BITFIELD(sf, backup);
+				}
 			}
 		}
 		bpf_sk_release(sk);

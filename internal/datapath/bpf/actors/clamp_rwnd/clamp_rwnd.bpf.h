@@ -15,11 +15,15 @@ struct clamp_args {
 	__u32 egress;
 };
 
-extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+/* Weak: see bpf_rdonly_cast (packet/socket.h). */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
 
 #define CHECKSUM_PARTIAL 3
 
-static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64 rate, __u32 window, __u32 egress)
+/* no_kfuncs (a constant): the kernel has neither bpf_cast_to_kern_ctx nor
+ * bpf_rdonly_cast (before 6.2). */
+static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64 rate, __u32 window, __u32 egress,
+				      const int no_kfuncs)
 {
 	/* flags, window and checksum, read from the packet (an earlier step
 	 * may have changed them) */
@@ -30,7 +34,7 @@ static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64
 		return 0; /* SYN windows are not scaled: never touched */
 	__u16 old = (__u16)th[2] << 8 | th[3];
 	__u16 oldw = *(__u16 *)(th + 2), oldc = *(__u16 *)(th + 4); /* as in the packet */
-	const struct sock_info *si = sock_info(skb, x, egress);
+	const struct sock_info *si = sock_info(skb, x, egress, no_kfuncs);
 	if (!si || !si->tcp)
 		return A_SKIPPED;
 	__u32 wscale = si->wscale & 0xf;
@@ -47,6 +51,16 @@ static __always_inline int clamp_rwnd(struct __sk_buff *skb, struct cx *x, __u64
 		scaled = 1;
 	if (scaled >= old)
 		return 0; /* only ever lower it */
+	if (no_kfuncs) {
+		/* Without the kernel's skb: the window, then its checksum by
+		 * the kernel's helper (right for every skb->ip_summed). */
+		__u16 nw = bpf_htons((__u16)scaled);
+		if (bpf_skb_store_bytes(skb, x->l4 + 14, &nw, 2, 0))
+			return A_SKIPPED;
+		if (bpf_l4_csum_replace(skb, x->l4 + 16, oldw, nw, 2))
+			return A_ERROR | A_DROPPED | A_DROP; /* half-rewritten: never let it go */
+		return A_MODIFIED;
+	}
 	/* The window and its checksum in one store (one helper call, which
 	 * makes only these bytes writable; a write in place would make the
 	 * verifier unclone every packet the chain sees). The checksum as the
@@ -78,7 +92,15 @@ __noinline int mpsteer_clamp(struct __sk_buff *skb, struct cx *x, struct mpsteer
 {
 	if (!x)
 		return 0;
-	return account(st, clamp_rwnd(skb, x, rate, window & ~CLAMP_EGRESS, (window & CLAMP_EGRESS) != 0));
+	return account(st, clamp_rwnd(skb, x, rate, window & ~CLAMP_EGRESS, (window & CLAMP_EGRESS) != 0, 0));
+}
+
+/* mpsteer_clamp for a kernel without the kfuncs of 6.2. */
+__noinline int mpsteer_clamp_no_kfuncs(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st, __u64 rate, __u32 window)
+{
+	if (!x)
+		return 0;
+	return account(st, clamp_rwnd(skb, x, rate, window & ~CLAMP_EGRESS, (window & CLAMP_EGRESS) != 0, 1));
 }
 
 #endif

@@ -10,12 +10,12 @@
  * subflow, so that the local stack marks it backup (or not), as if the
  * peer had asked (the eMPTCP paper's set_flow_prio). The packet is only
  * touched while the subflow's flag differs from the wanted one. */
-static __always_inline int set_backup(struct __sk_buff *skb, struct cx *x, __u32 want, __u32 force)
+static __always_inline int set_backup(struct __sk_buff *skb, struct cx *x, __u32 want, __u32 force, const int no_kfuncs)
 {
 	if ((x->flags & (TCP_SYN | TCP_RST)) || !(x->flags & TCP_ACK))
 		return 0;
 	want = want ? 1 : 0;
-	struct sock_info *si = sock_info(skb, x, 0);
+	struct sock_info *si = sock_info(skb, x, 0, no_kfuncs);
 	int have = si ? si->backup : -1;
 	if (have == want)
 		return 0;
@@ -38,7 +38,15 @@ __noinline int mpsteer_backup(struct __sk_buff *skb, struct cx *x, struct mpstee
 {
 	if (!x)
 		return 0;
-	return account(st, set_backup(skb, x, want, force));
+	return account(st, set_backup(skb, x, want, force, 0));
+}
+
+/* mpsteer_backup for a kernel without bpf_rdonly_cast (before 6.2). */
+__noinline int mpsteer_backup_no_kfuncs(struct __sk_buff *skb, struct cx *x, struct mpsteer_stats *st, __u32 want, __u32 force)
+{
+	if (!x)
+		return 0;
+	return account(st, set_backup(skb, x, want, force, 1));
 }
 
 #endif
