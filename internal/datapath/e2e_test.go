@@ -54,23 +54,23 @@ func TestClampRwndHoldsASubflowToItsRate(t *testing.T) {
 	w := labWorld(t, twoPaths, "mptcp")
 	d := testutil.StartDaemon(t, w.Host(world.Client).NetNS, "policies: []\n")
 	addChain(t, d, datapath.ChainSpec{Dev: "b", Hook: datapath.Ingress, Act: "clamp_rwnd(10mbit)"})
-	// The transfer lasts until the rates are measured (at most 15 s).
-	b := bulk(w, 15*time.Second)
+	// The transfer lasts until the rates are measured (at most 25 s).
+	b := bulk(w, 25*time.Second)
 	s := sampler(t, w.Host(world.Client).NetNS)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan error, 1)
 	go func() { _, err := b.Run(ctx); done <- err }()
 	// Past start-up: both subflows have carried data (the clamped one
-	// about 0.8 s of its rate). Then the rates over the time subflow b
+	// about 1.6 s of its rate). Then the rates over the time subflow b
 	// takes to carry 3 MB (2.4 s at the asked rate).
 	var first, last map[string]uint64
-	testutil.Eventually(t, 5*time.Second, "both subflows past start-up", func() bool {
+	testutil.Eventually(t, 10*time.Second, "both subflows past start-up", func() bool {
 		first = pathBytes(t, s, w)
-		return first["a"] > 8<<20 && first["b"] > 1<<20
+		return first["a"] > 16<<20 && first["b"] > 2<<20
 	})
 	t0 := time.Now()
-	testutil.Eventually(t, 5*time.Second, "clamped subflow b carries 3 MB", func() bool {
+	testutil.Eventually(t, 10*time.Second, "clamped subflow b carries 3 MB", func() bool {
 		last = pathBytes(t, s, w)
 		return last["b"] >= first["b"]+3<<20
 	})
@@ -119,18 +119,21 @@ func TestSetBackupMovesTrafficOffASubflow(t *testing.T) {
 	w := labWorld(t, strings.Replace(twoPaths, "client: {rmem: 8MiB, wmem: 8MiB}", "client: {rmem: 8MiB, wmem: 512KiB}", 1), "mptcp")
 	d := testutil.StartDaemon(t, w.Host(world.Client).NetNS, "policies: []\n")
 	s := sampler(t, w.Host(world.Client).NetNS)
-	b := bulk(w, 5*time.Second)
+	// The transfer lasts until the watch below ends (at most 25 s).
+	b := bulk(w, 25*time.Second)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	done := make(chan error, 1)
-	go func() { _, err := b.Run(context.Background()); done <- err }()
+	go func() { _, err := b.Run(ctx); done <- err }()
 	// Past start-up (subflow b has carried about a second of its path's
 	// rate), then its rate over the next 6 MB.
 	var before, after map[string]uint64
-	testutil.Eventually(t, 5*time.Second, "subflow b past start-up", func() bool {
+	testutil.Eventually(t, 10*time.Second, "subflow b past start-up", func() bool {
 		before = pathBytes(t, s, w)
 		return before["b"] > 12<<20
 	})
 	t0 := time.Now()
-	testutil.Eventually(t, 5*time.Second, "subflow b carries 6 MB", func() bool {
+	testutil.Eventually(t, 10*time.Second, "subflow b carries 6 MB", func() bool {
 		after = pathBytes(t, s, w)
 		return after["b"] >= before["b"]+6<<20
 	})
@@ -169,7 +172,8 @@ func TestSetBackupMovesTrafficOffASubflow(t *testing.T) {
 			}
 		}
 	}
-	if err := <-done; err != nil {
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	took := lastGrowth.Sub(added)
