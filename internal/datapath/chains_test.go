@@ -456,6 +456,7 @@ func TestPrioAt(t *testing.T) {
 // kernel has no TCX (link.AttachTCX says ErrNotSupported, as before 6.6),
 // and attaches that chain and the next ones with tc.
 func TestAttachFallsBackToClsactWithoutTCX(t *testing.T) {
+	t.Setenv(AttachEnv, "") // left to choose, whatever the run asks for
 	m := newManagerAttaching(t, AttachAuto)
 	tried := 0
 	m.tcxHook = func(link.TCXOptions) (link.Link, error) {
