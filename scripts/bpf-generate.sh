@@ -21,7 +21,7 @@ while IFS= read -r gen; do
 	dir=$(dirname "$gen")
 	[[ -d $dir/bpf ]] || continue
 	if have git && git rev-parse --git-dir >/dev/null 2>&1; then
-		changed=$(git status --porcelain -- "$dir/bpf" 2>/dev/null | grep -E '\.(bpf\.c|h)$' | grep -v vmlinux.h || true)
+		changed=$(git status --porcelain -uall -- "$dir/bpf" 2>/dev/null | grep -E '\.(bpf\.c|h)$' | grep -v vmlinux.h || true)
 		objs=$(git status --porcelain -- "$dir"/*_bpfel.o 2>/dev/null || true)
 		if [[ -n $changed && -z $objs ]]; then
 			stale+=("$dir: $(echo "$changed" | awk '{print $2}' | xargs)")

@@ -84,7 +84,11 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 				fmt.Println("no chains")
 			}
 			for _, c := range out {
-				fmt.Printf("chain %d  %s %s  select %q  act %q\n", c.ID, c.Dev, c.Hook, c.Select, c.Act)
+				attach := c.Attach
+				if c.TCPriority != 0 {
+					attach = fmt.Sprintf("%s, priority %d", attach, c.TCPriority)
+				}
+				fmt.Printf("chain %d  %s %s (%s)  select %q  act %q\n", c.ID, c.Dev, c.Hook, attach, c.Select, c.Act)
 				fmt.Printf("  packets seen %d, selected %d (%d B), modified %d, dropped %d, skipped %d\n",
 					c.Seen, c.Selected, c.Bytes, c.Modified, c.Dropped, c.Skipped)
 				for i, s := range c.Steps {
@@ -94,8 +98,10 @@ joined with and, or, not and parentheses. Actors act on them, in order:
 				}
 				for _, w := range c.Withheld {
 					state := "withheld"
-					if w.Released {
-						state = "released"
+					if w.PutBack {
+						state = "released, put back"
+					} else if w.Released {
+						state = "released, to be put back into the subflow's next packet"
 					}
 					fmt.Printf("  ADD_ADDR id %d on %s: %s\n", w.AddrID, w.Subflow, state)
 				}

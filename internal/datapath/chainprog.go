@@ -12,13 +12,13 @@ import (
 )
 
 // A chain runs as one BPF program, built when the chain is added or
-// replaced: the program's source (bpf/steps.bpf.c, mpsteer_chain) reads
+// replaced: the program's source (bpf/chain.bpf.c, mpsteer_chain) reads
 // the chain's steps from read-only globals, which are set here before the
 // program is loaded. The verifier sees them as constants: it checks only
 // the steps the chain has and drops the code of the others, and the JIT
 // turns what is left into straight code with direct branches.
 
-// Step kinds (mirror K_* in steps.bpf.c), by the program names Compile
+// Step kinds (mirror K_* in bpf/chain.h), by the program names Compile
 // gives the built-in steps.
 var stepKinds = map[string]uint8{
 	"sel_tuple": 1, "sel_prefix": 2, "sel_seq": 3, "sel_type": 4,
@@ -27,11 +27,12 @@ var stepKinds = map[string]uint8{
 
 const kindUser = 11
 
-// What a chain needs parsed (mirror NEED_* in steps.bpf.c).
+// What a chain needs parsed (mirror NEED_* in bpf/chain.h).
 const (
-	needAddrs = 0x1
-	needOpts  = 0x2
-	needUser  = 0x4
+	needAddrs   = 0x1
+	needOpts    = 0x2
+	needUser    = 0x4
+	needRelease = 0x8
 )
 
 // resumeIndex is where mpsteer_resume sits in mpsteer_steps: a loaded
@@ -107,7 +108,7 @@ func (m *Manager) bake(prog *Program) (*bakedChain, error) {
 			b.needs |= needAddrs
 			copy(out.Args[:], st.Args[:])
 		case "act_strip_add_addr":
-			b.needs |= needAddrs | needOpts
+			b.needs |= needAddrs | needOpts | needRelease
 		default:
 			copy(out.Args[:], st.Args[:])
 		}
@@ -223,9 +224,12 @@ func (p *chainProg) pause(on bool) error {
 // `slot`: the verifier checks the whole chain here. A paused program
 // passes packets untouched until it is unpaused.
 func (m *Manager) loadChain(id, slot, l2 uint32, prog *Program, paused bool) (*chainProg, error) {
-	b, err := m.bake(prog)
-	if err != nil {
-		return nil, err
+	if m.loadHook != nil {
+		m.loadHook()
+	}
+	b, berr := m.bake(prog)
+	if berr != nil {
+		return nil, berr
 	}
 	spec := m.chainSpec.Copy()
 	pause := uint32(0)
@@ -241,18 +245,55 @@ func (m *Manager) loadChain(id, slot, l2 uint32, prog *Program, paused bool) (*c
 			return nil, fmt.Errorf("chain program: %s: %w", name, err)
 		}
 	}
-	var objs struct {
-		Chain  *ebpf.Program  `ebpf:"mpsteer_chain"`
-		Paused *ebpf.Variable `ebpf:"paused"`
-	}
 	// The kernel's types (for CO-RE) are decoded once per manager rather
 	// than at every load.
 	if m.btfCache == nil {
 		m.btfCache = btf.NewCache()
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: m.sharedMaps(), Cache: m.btfCache}
-	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+	// Chains with strip_add_addr are built from mpsteer_chain_release,
+	// which also puts back what was released; on a kernel without the
+	// kfuncs of 6.2 from the *_no_kfuncs entries (chain.bpf.c). Only the
+	// program asked for is loaded.
+	p := &chainProg{user: b.user}
+	var err error
+	p.prog, p.paused, err = loadEntry(spec, b.needs&needRelease != 0, m.noKfuncs, opts)
+	if err != nil {
 		return nil, fmt.Errorf("load the chain's program: %w", bpfutil.VerifierDetail(err))
 	}
-	return &chainProg{prog: objs.Chain, paused: objs.Paused, user: b.user}, nil
+	return p, nil
+}
+
+// loadEntry loads one of the chain program's entries (and the maps and
+// globals it uses).
+func loadEntry(spec *ebpf.CollectionSpec, release, noKfuncs bool, opts *ebpf.CollectionOptions) (*ebpf.Program, *ebpf.Variable, error) {
+	switch {
+	case release && noKfuncs:
+		var o struct {
+			Prog   *ebpf.Program  `ebpf:"mpsteer_chain_release_no_kfuncs"`
+			Paused *ebpf.Variable `ebpf:"paused"`
+		}
+		err := spec.LoadAndAssign(&o, opts)
+		return o.Prog, o.Paused, err
+	case release:
+		var o struct {
+			Prog   *ebpf.Program  `ebpf:"mpsteer_chain_release"`
+			Paused *ebpf.Variable `ebpf:"paused"`
+		}
+		err := spec.LoadAndAssign(&o, opts)
+		return o.Prog, o.Paused, err
+	case noKfuncs:
+		var o struct {
+			Prog   *ebpf.Program  `ebpf:"mpsteer_chain_no_kfuncs"`
+			Paused *ebpf.Variable `ebpf:"paused"`
+		}
+		err := spec.LoadAndAssign(&o, opts)
+		return o.Prog, o.Paused, err
+	}
+	var o struct {
+		Prog   *ebpf.Program  `ebpf:"mpsteer_chain"`
+		Paused *ebpf.Variable `ebpf:"paused"`
+	}
+	err := spec.LoadAndAssign(&o, opts)
+	return o.Prog, o.Paused, err
 }

@@ -2,6 +2,7 @@ package datapath_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"mpsteer/internal/lab/labtest"
 	"net/http"
@@ -33,6 +34,7 @@ func addChain(t *testing.T, d *testutil.Daemon, spec datapath.ChainSpec) datapat
 	if err := d.Client.Do(http.MethodPost, "/v1/chains", spec, &st); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("chain %d on %s %s, attached with %s", st.ID, st.Dev, st.Hook, st.Attach)
 	return st
 }
 
@@ -53,17 +55,29 @@ func TestClampRwndHoldsASubflowToItsRate(t *testing.T) {
 	w := labWorld(t, twoPaths, "mptcp")
 	d := testutil.StartDaemon(t, w.Host(world.Client).NetNS, "policies: []\n")
 	addChain(t, d, datapath.ChainSpec{Dev: "b", Hook: datapath.Ingress, Act: "clamp_rwnd(10mbit)"})
-	b := bulk(w, 6*time.Second)
+	// The transfer lasts until the rates are measured (at most 25 s).
+	b := bulk(w, 25*time.Second)
 	s := sampler(t, w.Host(world.Client).NetNS)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	done := make(chan error, 1)
-	go func() { _, err := b.Run(context.Background()); done <- err }()
-	time.Sleep(2 * time.Second) // past start-up
-	first := pathBytes(t, s, w)
+	go func() { _, err := b.Run(ctx); done <- err }()
+	// Past start-up: both subflows have carried data (the clamped one
+	// about 1.6 s of its rate). Then the rates over the time subflow b
+	// takes to carry 3 MB (2.4 s at the asked rate).
+	var first, last map[string]uint64
+	testutil.Eventually(t, 10*time.Second, "both subflows past start-up", func() bool {
+		first = pathBytes(t, s, w)
+		return first["a"] > 16<<20 && first["b"] > 2<<20
+	})
 	t0 := time.Now()
-	time.Sleep(3 * time.Second)
-	last := pathBytes(t, s, w)
+	testutil.Eventually(t, 10*time.Second, "clamped subflow b carries 3 MB", func() bool {
+		last = pathBytes(t, s, w)
+		return last["b"] >= first["b"]+3<<20
+	})
 	dt := time.Since(t0).Seconds()
-	if err := <-done; err != nil {
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	rb := float64(last["b"]-first["b"]) * 8 / 1e6 / dt
@@ -106,14 +120,25 @@ func TestSetBackupMovesTrafficOffASubflow(t *testing.T) {
 	w := labWorld(t, strings.Replace(twoPaths, "client: {rmem: 8MiB, wmem: 8MiB}", "client: {rmem: 8MiB, wmem: 512KiB}", 1), "mptcp")
 	d := testutil.StartDaemon(t, w.Host(world.Client).NetNS, "policies: []\n")
 	s := sampler(t, w.Host(world.Client).NetNS)
-	b := bulk(w, 5*time.Second)
+	// The transfer lasts until the watch below ends (at most 25 s).
+	b := bulk(w, 25*time.Second)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	done := make(chan error, 1)
-	go func() { _, err := b.Run(context.Background()); done <- err }()
-	time.Sleep(1500 * time.Millisecond)
-	before := pathBytes(t, s, w)
+	go func() { _, err := b.Run(ctx); done <- err }()
+	// Past start-up (subflow b has carried about a second of its path's
+	// rate), then its rate over the next 6 MB.
+	var before, after map[string]uint64
+	testutil.Eventually(t, 10*time.Second, "subflow b past start-up", func() bool {
+		before = pathBytes(t, s, w)
+		return before["b"] > 12<<20
+	})
 	t0 := time.Now()
-	time.Sleep(500 * time.Millisecond)
-	rate := float64(pathBytes(t, s, w)["b"]-before["b"]) / time.Since(t0).Seconds() // B/s
+	testutil.Eventually(t, 10*time.Second, "subflow b carries 6 MB", func() bool {
+		after = pathBytes(t, s, w)
+		return after["b"] >= before["b"]+6<<20
+	})
+	rate := float64(after["b"]-before["b"]) / time.Since(t0).Seconds() // B/s
 	var queued uint64
 	if sfs, err := s.Subflows(); err == nil {
 		for _, sf := range sfs {
@@ -124,11 +149,14 @@ func TestSetBackupMovesTrafficOffASubflow(t *testing.T) {
 	}
 	addChain(t, d, datapath.ChainSpec{Dev: "b", Hook: datapath.Ingress, Select: "type(data-ack)", Act: "set_backup"})
 	added := time.Now()
-	// The last moment new data left on subflow b (bytes_sent grows).
+	// The last moment new data left on subflow b (bytes_sent grows),
+	// watched for 1.5 s, every 2 ms.
 	var lastSent uint64
 	lastGrowth := added
 	var rtt, flipped time.Duration
-	for time.Since(added) < 1500*time.Millisecond {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Since(added) < 1500*time.Millisecond; <-tick.C {
 		sfs, _ := s.Subflows()
 		for _, sf := range sfs {
 			if sf.Local.Addr() == w.Path("b").Client.Addr {
@@ -144,9 +172,9 @@ func TestSetBackupMovesTrafficOffASubflow(t *testing.T) {
 				rtt = max(rtt, sf.MinRTT)
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
-	if err := <-done; err != nil {
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	took := lastGrowth.Sub(added)
@@ -200,18 +228,24 @@ func TestStripAddAddrHoldsBackASubflow(t *testing.T) {
 		}
 		return n
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// The chain withholds the server's ADD_ADDR, and 4 MB later (the
+	// peer repeats it, a join would take an RTT) there is still one
+	// subflow.
+	testutil.Eventually(t, 5*time.Second, "the chain withholds an ADD_ADDR", func() bool {
+		var chains []datapath.ChainStatus
+		d.Client.Do(http.MethodGet, "/v1/chains", nil, &chains)
+		return len(chains) == 1 && chains[0].ID == st.ID && len(chains[0].Withheld) > 0
+	})
+	start := pathBytes(t, s, w)
+	testutil.Eventually(t, 5*time.Second, "4 MB over path a", func() bool { return pathBytes(t, s, w)["a"] >= start["a"]+4<<20 })
 	if n := count(); n != 1 {
 		t.Fatalf("%d subflows while ADD_ADDR is withheld, want 1", n)
 	}
 	if err := d.Client.Do(http.MethodPost, fmt.Sprintf("/v1/chains/%d/release", st.ID), nil, &map[string]any{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for count() < 2 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := count(); n != 2 {
+	if !testutil.Within(2*time.Second, func() bool { return count() >= 2 }) {
+		n := count()
 		var chains []datapath.ChainStatus
 		d.Client.Do(http.MethodGet, "/v1/chains", nil, &chains)
 		for _, h := range []string{world.Client, world.Server} {

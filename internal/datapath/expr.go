@@ -133,6 +133,10 @@ type parser struct {
 	what, src string
 	toks      []token
 	i         int
+	// maxCalls bounds the selectors (or actors) read: past it the
+	// expression is refused where it stands, without reading the rest.
+	maxCalls, calls int
+	limitMsg        string // what the limit is, for its error
 }
 
 func (p *parser) peek() token { return p.toks[p.i] }
@@ -208,6 +212,9 @@ func (p *parser) parseCall() (*node, error) {
 		}
 		return nil, p.errf(t.col, "unexpected %q", t.text)
 	}
+	if p.calls++; p.calls > p.maxCalls {
+		return nil, p.errf(t.col, "%s", p.limitMsg)
+	}
 	n := &node{op: "sel", name: t.text, col: t.col}
 	if p.peek().kind == "(" {
 		p.next()
@@ -239,42 +246,78 @@ func (p *parser) parseCall() (*node, error) {
 	return n, nil
 }
 
-// literal is a selector with its polarity, inside a DNF group.
-type literal struct {
-	n   *node
-	neg bool
+// wire lays the selectors of the tree out in the order they are written,
+// one step each, and sets where each goes on a match and on a miss, as
+// && and || are evaluated in C: the left side of an AND goes on to its
+// right side on a match and to the AND's miss on a miss; an OR the other
+// way round; NOT swaps the two. Every jump is forward (to a selector
+// written further right, to the first actor, or to STEP_NONE: not
+// selected), which the chain's program requires, and no selector is
+// written twice: the steps are as many as the selectors, where an OR of
+// ANDs (DNF) can need exponentially many.
+func wire(n *node, steps []Step, first int, onMatch, onMiss uint8) int {
+	switch n.op {
+	case "sel":
+		steps[first].OnMatch, steps[first].OnMiss = onMatch, onMiss
+		return 1
+	case "not":
+		return wire(n.kids[0], steps, first, onMiss, onMatch)
+	}
+	left := countSelectors(n.kids[0])
+	right := uint8(first + left) // the right side's first step
+	if n.op == "and" {
+		wire(n.kids[0], steps, first, right, onMiss)
+	} else {
+		wire(n.kids[0], steps, first, onMatch, right)
+	}
+	return left + wire(n.kids[1], steps, first+left, onMatch, onMiss)
 }
 
-// dnf turns the tree into an OR of AND groups, pushing NOT to the leaves.
-func dnf(n *node, neg bool) [][]literal {
-	switch {
-	case n.op == "not":
-		return dnf(n.kids[0], !neg)
-	case n.op == "sel":
-		return [][]literal{{{n, neg}}}
-	case (n.op == "or") != neg: // OR, or NOT AND
-		return append(dnf(n.kids[0], neg), dnf(n.kids[1], neg)...)
-	default: // AND, or NOT OR: distribute
-		var out [][]literal
-		for _, a := range dnf(n.kids[0], neg) {
-			for _, b := range dnf(n.kids[1], neg) {
-				out = append(out, append(append([]literal(nil), a...), b...))
-			}
-		}
-		return out
+func countSelectors(n *node) int {
+	if n.op == "sel" {
+		return 1
 	}
+	total := 0
+	for _, k := range n.kids {
+		total += countSelectors(k)
+	}
+	return total
 }
+
+// selectors lists the tree's selectors in the order they are written.
+func selectors(n *node, out []*node) []*node {
+	if n.op == "sel" {
+		return append(out, n)
+	}
+	for _, k := range n.kids {
+		out = selectors(k, out)
+	}
+	return out
+}
+
+// MaxExprBytes bounds the text of a selector or actor expression: with
+// at most MaxSteps steps, 32 IPv6 tuples with ports fit in half of it.
+// It also bounds how deeply parentheses and nots nest, so reading any
+// expression costs time and memory in proportion to its length.
+const MaxExprBytes = 8192
 
 // Compile checks and compiles a selector expression and an actor list.
-// Nothing is touched in the kernel: a bad chain is refused here.
+// Nothing is touched in the kernel: a bad chain is refused here. Its cost
+// is linear in the length of the expressions, which are bounded.
 func Compile(selectExpr, actExpr string, actors map[string]bool) (*Program, error) {
+	for _, e := range []struct{ what, text string }{{"select", selectExpr}, {"act", actExpr}} {
+		if len(e.text) > MaxExprBytes {
+			return nil, &ExprError{e.what, strings.ToValidUTF8(e.text[:64], "") + "…", 0, fmt.Sprintf("the expression is %d bytes long; at most %d are read", len(e.text), MaxExprBytes)}
+		}
+	}
 	prog := &Program{}
 	if strings.TrimSpace(selectExpr) != "" {
 		toks, err := lex("select", selectExpr)
 		if err != nil {
 			return nil, err
 		}
-		p := &parser{what: "select", src: selectExpr, toks: toks}
+		p := &parser{what: "select", src: selectExpr, toks: toks, maxCalls: MaxSteps - 1,
+			limitMsg: fmt.Sprintf("more than %d selectors: a chain has at most %d steps, one per selector and one per actor (and at least one actor)", MaxSteps-1, MaxSteps)}
 		tree, err := p.parseOr()
 		if err != nil {
 			return nil, err
@@ -282,52 +325,17 @@ func Compile(selectExpr, actExpr string, actors map[string]bool) (*Program, erro
 		if t := p.peek(); t.kind != "eof" {
 			return nil, p.errf(t.col, "unexpected %q (join selectors with and, or, not and parentheses)", t.text)
 		}
-		groups := dnf(tree, false)
-		total := 0
-		for _, g := range groups {
-			total += len(g)
-		}
-		if total > MaxSteps {
-			return nil, p.errf(0, "the expression needs %d selector steps (after expanding parentheses); a chain has at most %d steps", total, MaxSteps)
-		}
-		for _, g := range groups {
-			for _, lit := range g {
-				st, err := compileSelector(p, lit.n)
-				if err != nil {
-					return nil, err
-				}
-				if lit.neg {
-					st.Flags |= stepNegate
-				}
-				prog.Steps = append(prog.Steps, st)
+		for _, n := range selectors(tree, nil) {
+			st, err := compileSelector(p, n)
+			if err != nil {
+				return nil, err
 			}
+			prog.Steps = append(prog.Steps, st)
 		}
-		// Wire the jumps: a match goes on in the group (or to the actors);
-		// a miss goes to the next group (or nowhere: not selected).
-		idx := 0
-		for gi, g := range groups {
-			next := -1
-			if gi+1 < len(groups) {
-				next = idx + len(g)
-			}
-			for k := range g {
-				s := &prog.Steps[idx+k]
-				if k+1 < len(g) {
-					s.OnMatch = uint8(idx + k + 1)
-				} else {
-					s.OnMatch = uint8(total) // first actor
-				}
-				if next < 0 {
-					s.OnMiss = stepNone
-				} else {
-					s.OnMiss = uint8(next)
-				}
-			}
-			idx += len(g)
-		}
+		wire(tree, prog.Steps, 0, uint8(len(prog.Steps)), stepNone)
 	}
 	prog.FirstActor = len(prog.Steps)
-	acts, err := compileActors(actExpr, actors)
+	acts, err := compileActors(actExpr, actors, MaxSteps-len(prog.Steps))
 	if err != nil {
 		return nil, err
 	}
@@ -335,12 +343,6 @@ func Compile(selectExpr, actExpr string, actors map[string]bool) (*Program, erro
 		return nil, &ExprError{"act", actExpr, 0, "a chain needs at least one actor (" + strings.Join(ActorNames(actors), ", ") + ")"}
 	}
 	prog.Steps = append(prog.Steps, acts...)
-	if len(prog.Steps) > MaxSteps {
-		return nil, &ExprError{"act", actExpr, 0, fmt.Sprintf("the chain has %d steps; at most %d fit (the kernel's tail-call budget)", len(prog.Steps), MaxSteps)}
-	}
-	if prog.FirstActor == len(prog.Steps) {
-		return nil, &ExprError{"act", actExpr, 0, "no actor"}
-	}
 	return prog, nil
 }
 
@@ -516,12 +518,15 @@ func ActorNames(user map[string]bool) []string {
 	return out
 }
 
-func compileActors(expr string, user map[string]bool) ([]Step, error) {
+// compileActors reads the actor list; room is how many steps the
+// selectors left.
+func compileActors(expr string, user map[string]bool, room int) ([]Step, error) {
 	toks, err := lex("act", expr)
 	if err != nil {
 		return nil, err
 	}
-	p := &parser{what: "act", src: expr, toks: toks}
+	p := &parser{what: "act", src: expr, toks: toks, maxCalls: room,
+		limitMsg: fmt.Sprintf("the chain has more than %d steps (%d selectors, more than %d actors); at most %d fit (its program is built for that many)", MaxSteps, MaxSteps-room, room, MaxSteps)}
 	var out []Step
 	for p.peek().kind != "eof" {
 		if t := p.peek(); t.kind == "word" && (t.text == "and" || t.text == "or" || t.text == "not") {

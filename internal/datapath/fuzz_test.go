@@ -1,4 +1,4 @@
-package datapath
+package datapath_test
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"mpsteer/internal/datapath"
+	dt "mpsteer/internal/datapath/datapathtest"
+
 	"github.com/cilium/ebpf"
 )
 
@@ -14,7 +17,7 @@ var (
 	fuzzOnce sync.Once
 	fuzzProg *ebpf.Program
 	fuzzErr  error
-	fuzzMgr  *Manager
+	fuzzMgr  *datapath.Manager
 )
 
 // FuzzChain drives random TCP option bytes through a chain whose actors
@@ -40,7 +43,7 @@ func FuzzChain(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, opts []byte, v6 bool, payload []byte) {
 		fuzzOnce.Do(func() {
-			fuzzMgr, fuzzErr = NewManager()
+			fuzzMgr, fuzzErr = datapath.NewManager()
 			if fuzzErr == nil {
 				_, fuzzProg, fuzzErr = fuzzMgr.AddDetached("", "set_backup(force) strip_add_addr clamp_rwnd(64KiB) count")
 			}
@@ -57,63 +60,30 @@ func FuzzChain(f *testing.F) {
 		if len(payload) > 1400 {
 			payload = payload[:1400]
 		}
-		a, b := v4a, v4b
+		a, b := dt.V4A, dt.V4B
 		if v6 {
-			a, b = v6a, v6b
+			a, b = dt.V6A, dt.V6B
 		}
-		p := ack(v6, a, b)
-		p.payload = payload
-		in := build(t, p)
-		in = withRawOptions(t, in, opts)
+		p := dt.ACKPkt(v6, a, b)
+		p.Payload = payload
+		in := dt.Build(t, p)
+		in = dt.WithRawOptions(t, in, opts)
 		out := make([]byte, len(in)+64)
 		run := &ebpf.RunOptions{Data: in, DataOut: out}
 		ret, err := fuzzProg.Run(run)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := int32(ret); r != tcxNext && r != tcxDrop {
+		if r := int32(ret); r != dt.TCXNext && r != dt.TCXDrop {
 			t.Fatalf("ret %d", r)
 		}
-		if int32(ret) == tcxDrop || bytes.Equal(run.DataOut, in) {
+		if int32(ret) == dt.TCXDrop || bytes.Equal(run.DataOut, in) {
 			return
 		}
-		if err := validate(run.DataOut); err != nil {
+		if err := dt.Validate(run.DataOut); err != nil {
 			t.Fatalf("options %x: the chain changed the packet into an invalid one: %v\n in %x\nout %x", opts, err, in, run.DataOut)
 		}
 	})
-}
-
-// withRawOptions rebuilds a frame with exactly these option bytes (which
-// gopacket would normalise), fixing lengths and checksums.
-func withRawOptions(t testing.TB, frame, opts []byte) []byte {
-	t.Helper()
-	v6 := frame[12] == 0x86
-	l3 := 14
-	ihl := 20
-	if !v6 {
-		ihl = int(frame[l3]&0xf) * 4
-	} else {
-		ihl = 40
-	}
-	l4 := l3 + ihl
-	thlen := int(frame[l4+12]>>4) * 4
-	payload := frame[l4+thlen:]
-	var out []byte
-	out = append(out, frame[:l4+20]...)
-	out = append(out, opts...)
-	out = append(out, payload...)
-	out[l4+12] = byte((20+len(opts))/4) << 4
-	total := len(out) - l3
-	if v6 {
-		out[l3+4], out[l3+5] = byte((total-40)>>8), byte(total-40)
-	} else {
-		out[l3+2], out[l3+3] = byte(total>>8), byte(total)
-		out[l3+10], out[l3+11] = 0, 0
-		c := checksum16(out[l3 : l3+ihl])
-		out[l3+10], out[l3+11] = byte(c>>8), byte(c)
-	}
-	fixChecksums(t, out)
-	return out
 }
 
 // TestRandomOptionsKeepPacketsValid is the fuzz property over a fixed,
@@ -121,29 +91,29 @@ func withRawOptions(t testing.TB, frame, opts []byte) []byte {
 // sees little of what happens inside BPF, so this one is what make test
 // relies on).
 func TestRandomOptionsKeepPacketsValid(t *testing.T) {
-	h := newHarness(t)
-	_, prog, err := h.m.AddDetached("", "set_backup(force) strip_add_addr clamp_rwnd(64KiB) count")
+	h := dt.NewHarness(t)
+	_, prog, err := h.M.AddDetached("", "set_backup(force) strip_add_addr clamp_rwnd(64KiB) count")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
 	changed := 0
 	for i := 0; i < 200000; i++ {
-		in, opts, _ := randomOptionsPacket(t, rng)
+		in, opts, _ := dt.RandomOptionsPacket(t, rng)
 		out := make([]byte, len(in)+64)
 		run := &ebpf.RunOptions{Data: in, DataOut: out}
 		ret, err := prog.Run(run)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := int32(ret); r != tcxNext && r != tcxDrop {
+		if r := int32(ret); r != dt.TCXNext && r != dt.TCXDrop {
 			t.Fatalf("options %x: ret %d", opts, r)
 		}
-		if int32(ret) == tcxDrop || bytes.Equal(run.DataOut, in) {
+		if int32(ret) == dt.TCXDrop || bytes.Equal(run.DataOut, in) {
 			continue
 		}
 		changed++
-		if err := validate(run.DataOut); err != nil {
+		if err := dt.Validate(run.DataOut); err != nil {
 			t.Fatalf("options %x: changed into an invalid packet: %v\n in %x\nout %x", opts, err, in, run.DataOut)
 		}
 	}
@@ -151,35 +121,4 @@ func TestRandomOptionsKeepPacketsValid(t *testing.T) {
 	if changed == 0 {
 		t.Fatal("no packet was changed: the property was never exercised")
 	}
-}
-
-// randomOptionsPacket is an IPv4 or IPv6 ACK (a third with a payload)
-// whose TCP options are random bytes biased towards kinds and lengths
-// that parse (MPTCP's kind 30, lengths up to 40), padded to 4 bytes: the
-// frame, its options, and whether it is IPv6.
-func randomOptionsPacket(t testing.TB, rng *rand.Rand) (pkt, opts []byte, v6 bool) {
-	opts = make([]byte, rng.IntN(41))
-	for j := range opts {
-		switch rng.IntN(4) {
-		case 0:
-			opts[j] = 30
-		case 1:
-			opts[j] = byte(rng.IntN(41))
-		default:
-			opts[j] = byte(rng.Uint32())
-		}
-	}
-	for len(opts)%4 != 0 {
-		opts = append(opts, 0)
-	}
-	v6 = rng.IntN(2) == 0
-	a, b := v4a, v4b
-	if v6 {
-		a, b = v6a, v6b
-	}
-	p := ack(v6, a, b)
-	if rng.IntN(3) == 0 {
-		p.payload = make([]byte, rng.IntN(200))
-	}
-	return withRawOptions(t, build(t, p), opts), opts, v6
 }

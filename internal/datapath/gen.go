@@ -7,4 +7,4 @@ package datapath
 // vmlinux.h comes from the running kernel's BTF and is not committed; the
 // programs are CO-RE, so their objects run on other kernels too.
 //go:generate sh -c "test -s bpf/vmlinux.h || bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h"
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel steps bpf/steps.bpf.c -- -I./bpf
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel steps bpf/chain.bpf.c -- -I./bpf

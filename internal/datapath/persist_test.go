@@ -1,4 +1,4 @@
-package datapath
+package datapath_test
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"mpsteer/internal/datapath"
+	dt "mpsteer/internal/datapath/datapathtest"
 	"mpsteer/internal/testutil"
 )
 
@@ -19,22 +21,22 @@ func TestPinnedStateOutlivesTheManager(t *testing.T) {
 		testutil.Unavailable(t, fmt.Sprintf("cannot mount a bpffs: %v", err))
 	}
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	open := func() *Manager {
+	open := func() *datapath.Manager {
 		t.Helper()
-		m, err := NewManagerWith(Options{PinDir: dir + "/state"})
+		m, err := datapath.NewManagerWith(datapath.Options{PinDir: dir + "/state"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return m
 	}
-	pkt := build(t, ack(false, v4a, v4b, nop, nop, tsOpt, dssAck, addAddr4))
-	run := func(m *Manager) (uint32, *ChainStatus) {
+	frame := dt.Build(t, dt.ACKPkt(false, dt.V4A, dt.V4B, dt.Nop, dt.Nop, dt.TSOpt, dt.DSSAck, dt.AddAddr4))
+	run := func(m *datapath.Manager) (uint32, *datapath.ChainStatus) {
 		t.Helper()
 		id, prog, err := m.AddDetached("type(add-addr)", "strip_add_addr")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := prog.Run(&ebpf.RunOptions{Data: pkt}); err != nil {
+		if _, err := prog.Run(&ebpf.RunOptions{Data: frame}); err != nil {
 			t.Fatal(err)
 		}
 		st, _ := m.Status(id)
@@ -65,7 +67,7 @@ func TestPinnedStateOutlivesTheManager(t *testing.T) {
 	if st.Seen != 1 || len(st.Withheld) != 1 || st.Withheld[0].Released {
 		t.Fatalf("a deleted chain's state came back: seen %d, withheld %+v", st.Seen, st.Withheld)
 	}
-	if _, err := NewManagerWith(Options{PinDir: t.TempDir()}); err == nil {
+	if _, err := datapath.NewManagerWith(datapath.Options{PinDir: t.TempDir()}); err == nil {
 		t.Errorf("a pin directory outside bpffs was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package datapath
+package datapath_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	dt "mpsteer/internal/datapath/datapathtest"
 	"mpsteer/internal/reliability"
 )
 
@@ -20,7 +21,7 @@ import (
 // changes is a valid packet. make soak runs ten times as many and records
 // the counts (results/soak/bpf-random-truncated.json).
 func TestRandomTruncatedPackets(t *testing.T) {
-	h := newHarness(t)
+	h := dt.NewHarness(t)
 	start := time.Now()
 	per := 5000
 	if reliability.Soak() {
@@ -38,12 +39,12 @@ func TestRandomTruncatedPackets(t *testing.T) {
 	var tried, changed, dropped, malformed, untouchedMalformed, refused int
 	var broken []string
 	for _, c := range chains {
-		_, prog, err := h.m.AddDetached(c.sel, c.act)
+		_, prog, err := h.M.AddDetached(c.sel, c.act)
 		if err != nil {
 			t.Fatalf("%q → %q: %v", c.sel, c.act, err)
 		}
 		for i := 0; i < per; i++ {
-			in, opts, v6 := randomOptionsPacket(t, rng)
+			in, opts, v6 := dt.RandomOptionsPacket(t, rng)
 			l3 := 14
 			l4 := l3 + 20
 			if v6 {
@@ -61,15 +62,15 @@ func TestRandomTruncatedPackets(t *testing.T) {
 				} else {
 					in[l3+2], in[l3+3] = byte(rng.Uint32()), byte(rng.Uint32())
 					in[l3+10], in[l3+11] = 0, 0
-					c := checksum16(in[l3 : l3+20])
+					c := dt.Checksum16(in[l3 : l3+20])
 					in[l3+10], in[l3+11] = byte(c>>8), byte(c)
 				}
 				in[l4+12] = byte(rng.IntN(16)) << 4
-				fixChecksums(t, ipFrame(in)) // over the packet, not the padding
+				dt.FixChecksums(t, ipFrame(in)) // over the packet, not the padding
 			default:
 				bad = false // well-formed (its options may not be)
 			}
-			if bad && validate(ipFrame(in)) == nil {
+			if bad && dt.Validate(ipFrame(in)) == nil {
 				bad = false // the cut or the lie happened to leave it valid
 			}
 			out := make([]byte, len(in)+64)
@@ -89,10 +90,10 @@ func TestRandomTruncatedPackets(t *testing.T) {
 				malformed++
 			}
 			switch r := int32(ret); {
-			case r == tcxDrop:
+			case r == dt.TCXDrop:
 				dropped++
 				continue
-			case r != tcxNext:
+			case r != dt.TCXNext:
 				broken = append(broken, fmt.Sprintf("ret %d", r))
 				continue
 			}
@@ -105,7 +106,7 @@ func TestRandomTruncatedPackets(t *testing.T) {
 			changed++
 			if bad {
 				broken = append(broken, fmt.Sprintf("%q → %q changed a malformed packet\n in %x\nout %x", c.sel, c.act, in, run.DataOut))
-			} else if err := validate(ipFrame(run.DataOut)); err != nil {
+			} else if err := dt.Validate(ipFrame(run.DataOut)); err != nil {
 				broken = append(broken, fmt.Sprintf("%q → %q: %v\n in %x\nout %x", c.sel, c.act, err, in, run.DataOut))
 			}
 		}

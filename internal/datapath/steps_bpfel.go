@@ -52,6 +52,21 @@ type stepsMpsteerStats struct {
 	FirstNs  uint64
 }
 
+type stepsReleaseIds struct {
+	_ structs.HostLayout
+	W [4]uint64
+}
+
+type stepsReleased struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Pad uint32
+	W   [4]uint64
+}
+
 type stepsSockInfo struct {
 	_       structs.HostLayout
 	Jiffies uint64
@@ -86,25 +101,30 @@ type stepsWithheldVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	stepsMapMpsteerChains         = "mpsteer_chains"
-	stepsMapMpsteerReleasePending = "mpsteer_release_pending"
-	stepsMapMpsteerResumes        = "mpsteer_resumes"
-	stepsMapMpsteerSockCache      = "mpsteer_sock_cache"
-	stepsMapMpsteerStats          = "mpsteer_stats"
-	stepsMapMpsteerStepCount      = "mpsteer_step_count"
-	stepsMapMpsteerSteps          = "mpsteer_steps"
-	stepsMapMpsteerWithheld       = "mpsteer_withheld"
-	stepsProgMpsteerChain         = "mpsteer_chain"
-	stepsProgMpsteerResume        = "mpsteer_resume"
-	stepsVarChainId               = "chain_id"
-	stepsVarChainSlot             = "chain_slot"
-	stepsVarFirstActor            = "first_actor"
-	stepsVarL2len                 = "l2len"
-	stepsVarN_steps               = "n_steps"
-	stepsVarNeeds                 = "needs"
-	stepsVarPaused                = "paused"
-	stepsVarSockCache             = "sock_cache"
-	stepsVarSteps                 = "steps"
+	stepsMapMpsteerChains                = "mpsteer_chains"
+	stepsMapMpsteerReleaseCount          = "mpsteer_release_count"
+	stepsMapMpsteerReleaseIds            = "mpsteer_release_ids"
+	stepsMapMpsteerReleasedIds           = "mpsteer_released_ids"
+	stepsMapMpsteerResumes               = "mpsteer_resumes"
+	stepsMapMpsteerSockCache             = "mpsteer_sock_cache"
+	stepsMapMpsteerStats                 = "mpsteer_stats"
+	stepsMapMpsteerStepCount             = "mpsteer_step_count"
+	stepsMapMpsteerSteps                 = "mpsteer_steps"
+	stepsMapMpsteerWithheld              = "mpsteer_withheld"
+	stepsProgMpsteerChain                = "mpsteer_chain"
+	stepsProgMpsteerChainNoKfuncs        = "mpsteer_chain_no_kfuncs"
+	stepsProgMpsteerChainRelease         = "mpsteer_chain_release"
+	stepsProgMpsteerChainReleaseNoKfuncs = "mpsteer_chain_release_no_kfuncs"
+	stepsProgMpsteerResume               = "mpsteer_resume"
+	stepsVarChainId                      = "chain_id"
+	stepsVarChainSlot                    = "chain_slot"
+	stepsVarFirstActor                   = "first_actor"
+	stepsVarL2len                        = "l2len"
+	stepsVarN_steps                      = "n_steps"
+	stepsVarNeeds                        = "needs"
+	stepsVarPaused                       = "paused"
+	stepsVarSockCache                    = "sock_cache"
+	stepsVarSteps                        = "steps"
 )
 
 // loadSteps returns the embedded CollectionSpec for steps.
@@ -149,22 +169,27 @@ type stepsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stepsProgramSpecs struct {
-	MpsteerChain  *ebpf.ProgramSpec `ebpf:"mpsteer_chain"`
-	MpsteerResume *ebpf.ProgramSpec `ebpf:"mpsteer_resume"`
+	MpsteerChain                *ebpf.ProgramSpec `ebpf:"mpsteer_chain"`
+	MpsteerChainNoKfuncs        *ebpf.ProgramSpec `ebpf:"mpsteer_chain_no_kfuncs"`
+	MpsteerChainRelease         *ebpf.ProgramSpec `ebpf:"mpsteer_chain_release"`
+	MpsteerChainReleaseNoKfuncs *ebpf.ProgramSpec `ebpf:"mpsteer_chain_release_no_kfuncs"`
+	MpsteerResume               *ebpf.ProgramSpec `ebpf:"mpsteer_resume"`
 }
 
 // stepsMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stepsMapSpecs struct {
-	MpsteerChains         *ebpf.MapSpec `ebpf:"mpsteer_chains"`
-	MpsteerReleasePending *ebpf.MapSpec `ebpf:"mpsteer_release_pending"`
-	MpsteerResumes        *ebpf.MapSpec `ebpf:"mpsteer_resumes"`
-	MpsteerSockCache      *ebpf.MapSpec `ebpf:"mpsteer_sock_cache"`
-	MpsteerStats          *ebpf.MapSpec `ebpf:"mpsteer_stats"`
-	MpsteerStepCount      *ebpf.MapSpec `ebpf:"mpsteer_step_count"`
-	MpsteerSteps          *ebpf.MapSpec `ebpf:"mpsteer_steps"`
-	MpsteerWithheld       *ebpf.MapSpec `ebpf:"mpsteer_withheld"`
+	MpsteerChains       *ebpf.MapSpec `ebpf:"mpsteer_chains"`
+	MpsteerReleaseCount *ebpf.MapSpec `ebpf:"mpsteer_release_count"`
+	MpsteerReleaseIds   *ebpf.MapSpec `ebpf:"mpsteer_release_ids"`
+	MpsteerReleasedIds  *ebpf.MapSpec `ebpf:"mpsteer_released_ids"`
+	MpsteerResumes      *ebpf.MapSpec `ebpf:"mpsteer_resumes"`
+	MpsteerSockCache    *ebpf.MapSpec `ebpf:"mpsteer_sock_cache"`
+	MpsteerStats        *ebpf.MapSpec `ebpf:"mpsteer_stats"`
+	MpsteerStepCount    *ebpf.MapSpec `ebpf:"mpsteer_step_count"`
+	MpsteerSteps        *ebpf.MapSpec `ebpf:"mpsteer_steps"`
+	MpsteerWithheld     *ebpf.MapSpec `ebpf:"mpsteer_withheld"`
 }
 
 // stepsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -202,20 +227,24 @@ func (o *stepsObjects) Close() error {
 //
 // It can be passed to loadStepsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stepsMaps struct {
-	MpsteerChains         *ebpf.Map `ebpf:"mpsteer_chains"`
-	MpsteerReleasePending *ebpf.Map `ebpf:"mpsteer_release_pending"`
-	MpsteerResumes        *ebpf.Map `ebpf:"mpsteer_resumes"`
-	MpsteerSockCache      *ebpf.Map `ebpf:"mpsteer_sock_cache"`
-	MpsteerStats          *ebpf.Map `ebpf:"mpsteer_stats"`
-	MpsteerStepCount      *ebpf.Map `ebpf:"mpsteer_step_count"`
-	MpsteerSteps          *ebpf.Map `ebpf:"mpsteer_steps"`
-	MpsteerWithheld       *ebpf.Map `ebpf:"mpsteer_withheld"`
+	MpsteerChains       *ebpf.Map `ebpf:"mpsteer_chains"`
+	MpsteerReleaseCount *ebpf.Map `ebpf:"mpsteer_release_count"`
+	MpsteerReleaseIds   *ebpf.Map `ebpf:"mpsteer_release_ids"`
+	MpsteerReleasedIds  *ebpf.Map `ebpf:"mpsteer_released_ids"`
+	MpsteerResumes      *ebpf.Map `ebpf:"mpsteer_resumes"`
+	MpsteerSockCache    *ebpf.Map `ebpf:"mpsteer_sock_cache"`
+	MpsteerStats        *ebpf.Map `ebpf:"mpsteer_stats"`
+	MpsteerStepCount    *ebpf.Map `ebpf:"mpsteer_step_count"`
+	MpsteerSteps        *ebpf.Map `ebpf:"mpsteer_steps"`
+	MpsteerWithheld     *ebpf.Map `ebpf:"mpsteer_withheld"`
 }
 
 func (m *stepsMaps) Close() error {
 	return _StepsClose(
 		m.MpsteerChains,
-		m.MpsteerReleasePending,
+		m.MpsteerReleaseCount,
+		m.MpsteerReleaseIds,
+		m.MpsteerReleasedIds,
 		m.MpsteerResumes,
 		m.MpsteerSockCache,
 		m.MpsteerStats,
@@ -244,13 +273,19 @@ type stepsVariables struct {
 //
 // It can be passed to loadStepsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stepsPrograms struct {
-	MpsteerChain  *ebpf.Program `ebpf:"mpsteer_chain"`
-	MpsteerResume *ebpf.Program `ebpf:"mpsteer_resume"`
+	MpsteerChain                *ebpf.Program `ebpf:"mpsteer_chain"`
+	MpsteerChainNoKfuncs        *ebpf.Program `ebpf:"mpsteer_chain_no_kfuncs"`
+	MpsteerChainRelease         *ebpf.Program `ebpf:"mpsteer_chain_release"`
+	MpsteerChainReleaseNoKfuncs *ebpf.Program `ebpf:"mpsteer_chain_release_no_kfuncs"`
+	MpsteerResume               *ebpf.Program `ebpf:"mpsteer_resume"`
 }
 
 func (p *stepsPrograms) Close() error {
 	return _StepsClose(
 		p.MpsteerChain,
+		p.MpsteerChainNoKfuncs,
+		p.MpsteerChainRelease,
+		p.MpsteerChainReleaseNoKfuncs,
 		p.MpsteerResume,
 	)
 }

@@ -2,9 +2,13 @@ package testutil
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"sync/atomic"
+	"testing"
 	"time"
 
 	"mpsteer/internal/netnsutil"
@@ -31,4 +35,19 @@ func HTTPGetIn(ns, url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+var netnsSeq atomic.Uint32
+
+// Netns creates a network namespace of the test's own (loopback up),
+// named from prefix, the process and a counter, so that tests running at
+// the same time never share one; it is removed when the test ends.
+func Netns(t testing.TB, prefix string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), netnsSeq.Add(1))
+	if err := netnsutil.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netnsutil.Delete(ns) })
+	return ns
 }

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"mpsteer/internal/observe"
 )
@@ -117,4 +118,31 @@ func Sampler(t testing.TB, ns string) *observe.Sampler {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// Eventually waits for cond to hold and fails the test if it does not
+// within the bound: tests wait on a state (a counter, an event), never on
+// a guess of how long it takes.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Within(within, cond) {
+		t.Fatalf("%s: not within %v", what, within)
+	}
+}
+
+// Within reports whether cond holds within d (for a test that says more
+// than Eventually when it fails). It checks every millisecond at first,
+// then less often, up to every 20 ms: a condition that is costly to read
+// (a socket dump) must not load the machine it watches.
+func Within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	every := time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(every)
+		every = min(2*every, 20*time.Millisecond)
+	}
+	return true
 }

@@ -3,7 +3,7 @@
  * mpsteer selector-actor chains: the maps and the interface for a user's
  * own actor.
  *
- * A chain is one program (steps.bpf.c), attached to a TC hook (TCX
+ * A chain is one program (chain.bpf.c), attached to a TC hook (TCX
  * ingress or egress): its built-in selectors and actors are compiled into
  * it. A loaded actor (a separate object) is reached by a tail call through
  * the `mpsteer_steps` program array, with the packet's metadata in
@@ -66,10 +66,11 @@
 #define T_RST (1u << 12)
 #define T_MPTCP (1u << 13)	/* any MPTCP option */
 
-/* One step of a chain. Selectors jump: on a match to on_match (the next
- * selector of their AND group, or the first actor), otherwise to on_miss
- * (the first selector of the next OR group, or STEP_NONE: not selected).
- * Actors continue with the next step. */
+/* One step of a chain. Selectors jump, always forward: on a match to
+ * on_match, otherwise to on_miss; each is a selector further on, the
+ * first actor (selected) or STEP_NONE (not selected), as the expression's
+ * and, or and not evaluate from left to right. Actors continue with the
+ * next step. */
 #define STEP_NONE 0xff
 #define STEP_NEGATE 0x1
 
