@@ -201,7 +201,7 @@ func testReplaceIsAtomic(t *testing.T, mode AttachMode) {
 	var total uint64
 	const replaces = 60
 	prev := versions[0]
-	testutil.Eventually(t, 10*time.Second, "the first version counts packets", func() bool { return counted(slot, prev) > 0 })
+	testutil.Holds(t, 10*time.Second, "the first version counts packets", func() bool { return counted(slot, prev) > 0 })
 	for i := 1; i <= replaces; i++ {
 		next := versions[i%len(versions)]
 		if err := netnsutil.Do(ns, func() error { _, err := m.Replace(id, "", next); return err }); err != nil {
@@ -210,9 +210,9 @@ func testReplaceIsAtomic(t *testing.T, mode AttachMode) {
 		// Packets run the new version: the old one gets none but those
 		// that were in it. Its counts are read once they agree, before
 		// its slot is reused (at the next replace).
-		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("version %d counts packets", i), func() bool { return counted(slot^1, next) > 0 })
+		testutil.Holds(t, 10*time.Second, fmt.Sprintf("version %d counts packets", i), func() bool { return counted(slot^1, next) > 0 })
 		var n uint64
-		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("version %q: every packet through all of it", prev), func() bool {
+		testutil.Holds(t, 10*time.Second, fmt.Sprintf("version %q: every packet through all of it", prev), func() bool {
 			var ok bool
 			n, ok = whole(slot, prev)
 			return ok
@@ -226,7 +226,7 @@ func testReplaceIsAtomic(t *testing.T, mode AttachMode) {
 	wg.Wait()
 	// The last packets (the connection's end) leave the last version;
 	// then every packet selected ran one version through.
-	testutil.Eventually(t, 10*time.Second, "the versions count every packet the chain selected", func() bool {
+	testutil.Holds(t, 10*time.Second, "the versions count every packet the chain selected", func() bool {
 		n, ok := whole(slot, prev)
 		st, err := m.Status(id)
 		return ok && err == nil && st.Selected == total+n

@@ -66,12 +66,12 @@ func TestClampRwndHoldsASubflowToItsRate(t *testing.T) {
 	// about 1.6 s of its rate). Then the rates over the time subflow b
 	// takes to carry 3 MB (2.4 s at the asked rate).
 	var first, last map[string]uint64
-	testutil.Eventually(t, 10*time.Second, "both subflows past start-up", func() bool {
+	testutil.Holds(t, 10*time.Second, "both subflows past start-up", func() bool {
 		first = pathBytes(t, s, w)
 		return first["a"] > 16<<20 && first["b"] > 2<<20
 	})
 	t0 := time.Now()
-	testutil.Eventually(t, 10*time.Second, "clamped subflow b carries 3 MB", func() bool {
+	testutil.Holds(t, 10*time.Second, "clamped subflow b carries 3 MB", func() bool {
 		last = pathBytes(t, s, w)
 		return last["b"] >= first["b"]+3<<20
 	})
@@ -129,12 +129,12 @@ func TestSetBackupMovesTrafficOffASubflow(t *testing.T) {
 	// Past start-up (subflow b has carried about a second of its path's
 	// rate), then its rate over the next 6 MB.
 	var before, after map[string]uint64
-	testutil.Eventually(t, 10*time.Second, "subflow b past start-up", func() bool {
+	testutil.Holds(t, 10*time.Second, "subflow b past start-up", func() bool {
 		before = pathBytes(t, s, w)
 		return before["b"] > 12<<20
 	})
 	t0 := time.Now()
-	testutil.Eventually(t, 10*time.Second, "subflow b carries 6 MB", func() bool {
+	testutil.Holds(t, 10*time.Second, "subflow b carries 6 MB", func() bool {
 		after = pathBytes(t, s, w)
 		return after["b"] >= before["b"]+6<<20
 	})
@@ -231,13 +231,13 @@ func TestStripAddAddrHoldsBackASubflow(t *testing.T) {
 	// The chain withholds the server's ADD_ADDR, and 4 MB later (the
 	// peer repeats it, a join would take an RTT) there is still one
 	// subflow.
-	testutil.Eventually(t, 5*time.Second, "the chain withholds an ADD_ADDR", func() bool {
+	testutil.Holds(t, 5*time.Second, "the chain withholds an ADD_ADDR", func() bool {
 		var chains []datapath.ChainStatus
 		d.Client.Do(http.MethodGet, "/v1/chains", nil, &chains)
 		return len(chains) == 1 && chains[0].ID == st.ID && len(chains[0].Withheld) > 0
 	})
 	start := pathBytes(t, s, w)
-	testutil.Eventually(t, 5*time.Second, "4 MB over path a", func() bool { return pathBytes(t, s, w)["a"] >= start["a"]+4<<20 })
+	testutil.Holds(t, 5*time.Second, "4 MB over path a", func() bool { return pathBytes(t, s, w)["a"] >= start["a"]+4<<20 })
 	if n := count(); n != 1 {
 		t.Fatalf("%d subflows while ADD_ADDR is withheld, want 1", n)
 	}

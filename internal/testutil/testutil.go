@@ -120,10 +120,9 @@ func Sampler(t testing.TB, ns string) *observe.Sampler {
 	return s
 }
 
-// Eventually waits for cond to hold and fails the test if it does not
-// within the bound: tests wait on a state (a counter, an event), never on
-// a guess of how long it takes.
-func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+// Holds waits for cond to hold and fails the test, naming what, if it
+// does not within the bound (Eventually with a boolean condition).
+func Holds(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !Within(within, cond) {
 		t.Fatalf("%s: not within %v", what, within)
@@ -131,18 +130,12 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 }
 
 // Within reports whether cond holds within d (for a test that says more
-// than Eventually when it fails). It checks every millisecond at first,
-// then less often, up to every 20 ms: a condition that is costly to read
-// (a socket dump) must not load the machine it watches.
+// when it fails).
 func Within(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	every := time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+	return WaitFor(d, func() error {
+		if !cond() {
+			return errNotYet
 		}
-		time.Sleep(every)
-		every = min(2*every, 20*time.Millisecond)
-	}
-	return true
+		return nil
+	}) == nil
 }

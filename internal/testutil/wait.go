@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -16,11 +17,12 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 }
 
 // WaitFor is Eventually without a test: it returns cond's last error, or
-// nil as soon as cond holds.
+// nil as soon as cond holds. It looks every millisecond at first, then
+// less often, up to every 20 ms: a condition that is costly to read (a
+// socket dump) must not load the machine it watches.
 func WaitFor(timeout time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
+	every := time.Millisecond
 	for {
 		err := cond()
 		if err == nil {
@@ -29,6 +31,9 @@ func WaitFor(timeout time.Duration, cond func() error) error {
 		if time.Now().After(deadline) {
 			return err
 		}
-		<-tick.C
+		<-time.After(every)
+		every = min(2*every, 20*time.Millisecond)
 	}
 }
+
+var errNotYet = errors.New("not yet")
