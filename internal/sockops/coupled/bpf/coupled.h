@@ -29,37 +29,13 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
-#define MAX_SUBFLOWS 8 /* a power of two: slot indices are masked */
-#define NO_SLOT MAX_SUBFLOWS
-
-/* Inputs are clamped so that the fixed-point products below fit 64 bits. */
-#define CWND_MAX (1U << 24)     /* packets */
-#define RTT_MAX (1U << 26)      /* microseconds (67 s) */
-#define FRAC 10                 /* fixed-point fraction bits */
-#define RATIO_MAX (1ULL << 20)  /* RTT ratios and BALIA's alpha, scaled by 2^FRAC: at most 1024 */
-
-/* A slot unchanged for this long (and 4 of its RTTs) no longer counts:
- * its subflow sends nothing (a backup, an idle or a dead path). */
-#define STALE_MIN_US 200000
+#include "window.h"
 
 extern __u32 tcp_slow_start(struct tcp_sock *tp, __u32 acked) __ksym;
 extern void tcp_cong_avoid_ai(struct tcp_sock *tp, __u32 w, __u32 acked) __ksym;
 extern __u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
 extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
-
-struct coupled_slot {
-	__u64 owner; /* the subflow's socket; 0: free */
-	__u32 cwnd;  /* packets */
-	__u32 rtt;   /* smoothed, microseconds */
-	__u64 stamp; /* the subflow's tcp_mstamp (µs) at its last ACK */
-};
-
-struct coupled_conn {
-	__u32 gen; /* bumped on every change of a slot's window or RTT */
-	__u32 pad;
-	struct coupled_slot slot[MAX_SUBFLOWS];
-};
 
 /* Keyed by the connection's socket (struct mptcp_sock). */
 struct {
@@ -107,150 +83,10 @@ static __always_inline struct coupled_priv *priv(struct sock *sk)
 	return (struct coupled_priv *)((struct inet_connection_sock *)sk)->icsk_ca_priv;
 }
 
-static __always_inline __u32 clamp_cwnd(__u32 w)
-{
-	return w < 1 ? 1 : (w > CWND_MAX ? CWND_MAX : w);
-}
-
 static __always_inline __u32 srtt_of(struct tcp_sock *tp)
 {
 	__u32 r = tp->srtt_us >> 3;
 	return r < 1 ? 1 : (r > RTT_MAX ? RTT_MAX : r);
-}
-
-/* Number of significant bits of x (0 for 0). */
-static __always_inline __u32 bits64(__u64 x)
-{
-	__u32 n = 0;
-	if (x >> 32) { n += 32; x >>= 32; }
-	if (x >> 16) { n += 16; x >>= 16; }
-	if (x >> 8) { n += 8; x >>= 8; }
-	if (x >> 4) { n += 4; x >>= 4; }
-	if (x >> 2) { n += 2; x >>= 2; }
-	if (x >> 1) { n += 1; x >>= 1; }
-	return n + (__u32)x;
-}
-
-/* a × b / c without overflowing: when the product needs more than 64
- * bits, the larger factor gives up its low bits first, then both, and c
- * as many; a c that would be 0 then saturates the result. */
-static __always_inline __u64 muldiv(__u64 a, __u64 b, __u64 c)
-{
-	__u32 ba = bits64(a), bb = bits64(b);
-	if (ba + bb > 64) {
-		__u32 sh = ba + bb - 64, total = sh, d;
-		if (ba > bb) {
-			d = ba - bb < sh ? ba - bb : sh;
-			a >>= d;
-			sh -= d;
-		} else if (bb > ba) {
-			d = bb - ba < sh ? bb - ba : sh;
-			b >>= d;
-			sh -= d;
-		}
-		a >>= sh / 2;
-		b >>= sh - sh / 2;
-		c >>= total;
-	}
-	if (c == 0)
-		return ~0ULL;
-	return a * b / c;
-}
-
-static __always_inline int slot_counts(struct coupled_slot *s, __u64 now)
-{
-	if (!s->owner)
-		return 0;
-	__u64 stale = (__u64)s->rtt * 4;
-	if (stale < STALE_MIN_US)
-		stale = STALE_MIN_US;
-	return now <= s->stamp || now - s->stamp <= stale;
-}
-
-/* What every algorithm computes from the slots that count: with R the
- * largest of their RTTs and q_k = 2^FRAC × R / r_k (so q_k ≥ 2^FRAC, at
- * most RATIO_MAX), y_k = w_k q_k (subflow k's rate up to a common
- * factor): S = Σ y_k, Ymax = max y_k, M = max_k w_k q_k² / 2^FRAC, and
- * the subflow's own y and q. The subflow's slot holds its window and RTT
- * (coupled_touch wrote them on this ACK, the RTT within an eighth). The
- * loops read map memory only, whose values the verifier does not track,
- * so their paths merge at each iteration. */
-struct coupled_sums {
-	__u64 rmax;
-	__u64 s, ymax, m;
-	__u64 yself, qself;
-};
-
-static __always_inline __u32 slot_cwnd(struct coupled_slot *s)
-{
-	return clamp_cwnd(s->cwnd);
-}
-
-static __always_inline __u64 slot_rtt(struct coupled_slot *s)
-{
-	__u32 r = s->rtt;
-	return r < 1 ? 1 : (r > RTT_MAX ? RTT_MAX : r);
-}
-
-static __always_inline __u64 ratio(__u64 rmax, __u64 r)
-{
-	__u64 v = (rmax << FRAC) / r;
-	return v > RATIO_MAX ? RATIO_MAX : v;
-}
-
-/* One slot's part of the sums. The two steps are global functions: the
- * verifier checks each once, on its own, and the loops that call them
- * have no branches of their own, so their paths never multiply. */
-__attribute__((noinline)) __u64 coupled_rmax_step(struct coupled_slot *s, __u32 k, __u32 self, __u64 now, __u64 rmax)
-{
-	if (!s || (k != self && !slot_counts(s, now)))
-		return rmax;
-	__u64 r = slot_rtt(s);
-	return r > rmax ? r : rmax;
-}
-
-__attribute__((noinline)) int coupled_sum_step(struct coupled_slot *s, __u32 k, __u32 self, __u64 now,
-					      struct coupled_sums *out)
-{
-	if (!s || !out || (k != self && !slot_counts(s, now)))
-		return 0;
-	__u64 rmax = out->rmax ? out->rmax : 1;
-	__u64 q = ratio(rmax, slot_rtt(s)), w = slot_cwnd(s);
-	__u64 y = w * q;
-	__u64 t = w * ((q * q) >> FRAC);
-	out->s += y;
-	if (y > out->ymax)
-		out->ymax = y;
-	if (t > out->m)
-		out->m = t;
-	if (k == self) {
-		out->yself = y;
-		out->qself = q;
-	}
-	return 0;
-}
-
-static __always_inline void coupled_sum(struct coupled_conn *c, __u32 self, __u64 now, struct coupled_sums *out)
-{
-	__u64 rmax = 1;
-	self &= MAX_SUBFLOWS - 1;
-#pragma clang loop unroll(disable)
-	for (__u32 k = 0; k < MAX_SUBFLOWS; k++)
-		rmax = coupled_rmax_step(&c->slot[k], k, self, now, rmax);
-	out->rmax = rmax;
-	out->s = 0;
-	out->ymax = 0;
-	out->m = 0;
-	out->yself = 0;
-	out->qself = 0;
-#pragma clang loop unroll(disable)
-	for (__u32 k = 0; k < MAX_SUBFLOWS; k++)
-		coupled_sum_step(&c->slot[k], k, self, now, out);
-}
-
-static __always_inline __u32 to_window(__u64 w)
-{
-	return w < 1 ? 1 : (w > 0xffffffffULL ? 0xffffffffU : (__u32)w);
 }
 
 /* tcp_is_cwnd_limited (inline in the kernel, so not a kfunc). */

@@ -1,30 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 // LIA, the Linked Increases Algorithm of RFC 6356, for the subflows of an
 // MPTCP connection: Reno's slow start and halving on loss per subflow, and
-// in congestion avoidance, per packet acknowledged on subflow i, an
-// increase of min(alpha / cwnd_total, 1 / cwnd_i) packets, with
-//
-//	alpha = cwnd_total × max_k(cwnd_k / rtt_k²) / (Σ_k cwnd_k / rtt_k)²
-//
-// (windows in packets: the subflows of one connection share its MSS).
-// cwnd_total cancels: one packet more per X = (Σ_k cwnd_k/rtt_k)² /
-// max_k(cwnd_k/rtt_k²) packets acknowledged, or per cwnd_i when that is
-// larger, which tcp_cong_avoid_ai does with w = max(X, cwnd_i).
+// in congestion avoidance the coupled increase of window.h's lia_window.
 // Registered as a tcp_congestion_ops struct_ops under a name the loader
 // chooses; the state the subflows share is coupled.h's.
 #include "coupled.h"
 
 static __u32 coupled_window(struct coupled_conn *c, __u32 self, struct tcp_sock *tp, struct coupled_priv *p)
 {
-	struct coupled_sums z;
-	__u32 cwnd = clamp_cwnd(tp->snd_cwnd);
-	coupled_sum(c, self, tp->tcp_mstamp, &z);
-	/* S = 2^FRAC Σ w_k R/r_k and M = 2^FRAC max_k w_k (R/r_k)², so
-	 * X = S² / M / 2^FRAC (R cancels). */
-	if (!z.m)
-		return cwnd;
-	__u64 x = muldiv(z.s, z.s, z.m) >> FRAC;
-	return to_window(x > cwnd ? x : cwnd);
+	return lia_window(c, self, clamp_cwnd(tp->snd_cwnd), tp->tcp_mstamp);
 }
 
 SEC("struct_ops")
