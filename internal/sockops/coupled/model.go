@@ -137,7 +137,7 @@ func BALIAWindow(slots []ModelSlot, self int, now uint64) (w uint32, alpha uint3
 		return uint32(cwnd), 1 << frac
 	}
 	a := min(max((z.ymax<<frac)/z.yself, 1<<frac), ratioMax)
-	f := ((1<<frac)+a)*((4<<frac)+a)/10
+	f := ((1 << frac) + a) * ((4 << frac) + a) / 10
 	A := (z.s << frac) / z.qself
 	wself := max(z.yself/z.qself, 1)
 	return toWindow(muldiv(A, A, wself*f)), uint32(a)
