@@ -8,8 +8,8 @@ import (
 // The names of a summary's figures, as results files, papers.yaml and
 // scenarios' primary metric name them: goodput_mbit, duration_s, bytes,
 // retransmits, bytes_retrans, fct_median_ms and fct_p99_ms (short flows),
-// share:PATH (the share of the bytes PATH carried), and every key of
-// Metrics.
+// share:PATH (the share of the bytes PATH carried), competitor_goodput_mbit
+// (with competitors), and every key of Metrics.
 
 // Value is one of a summary's figures by its name.
 func Value(s *Summary, metric string) (float64, bool) {
@@ -37,6 +37,12 @@ func Value(s *Summary, metric string) (float64, bool) {
 		ps, ok := s.Paths[path]
 		return ps.Share, ok
 	}
+	if metric == "competitor_goodput_mbit" {
+		if s.CompetitorGoodputMbit == nil {
+			return 0, false
+		}
+		return *s.CompetitorGoodputMbit, true
+	}
 	v, ok := s.Metrics[metric]
 	return v, ok
 }
@@ -57,6 +63,9 @@ func Values(s *Summary) map[string]float64 {
 		if p != "?" {
 			out["share:"+p] = ps.Share
 		}
+	}
+	if s.CompetitorGoodputMbit != nil {
+		out["competitor_goodput_mbit"] = *s.CompetitorGoodputMbit
 	}
 	for k, v := range s.Metrics {
 		out[k] = v

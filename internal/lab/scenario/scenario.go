@@ -166,12 +166,16 @@ type Traffic struct {
 	Upload bool
 	// Bulk: concurrent connections (1 to MaxStreams).
 	Streams int
+	// Competitor: single-path TCP over Path beside the measured traffic,
+	// measured apart (competitor.go).
+	Competitor bool
 	// Flows: sizes drawn with weights, Count flows started every Interval.
 	Sizes    []units.Size
 	Weights  []float64
 	Count    int
 	Interval time.Duration
-	// UDP flood: on Path, from Start to Stop, at Rate.
+	// UDP flood: on Path, from Start to Stop, at Rate. Competitor: the
+	// path it crosses.
 	Path string
 	// Pair is the client and server VM of a tenants world (default: the
 	// measured pair).
@@ -427,6 +431,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		fillVariantPaths(v, s)
 		fillVariantDefaults(v, s)
 	}
+	checkCompetitors(m, s) // competitor.go
 	parseComparisons(m, s)
 	m.Done()
 	if err := m.Err(); err != nil {
@@ -776,6 +781,7 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 		}
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
 		tr.Streams = t.Int("streams", 1, 1, MaxStreams)
+		parseCompetitor(t, &tr, paths, tn)
 	case Flows:
 		for _, s := range t.Strings("sizes") {
 			sz, err := units.ParseSize(s)
