@@ -27,7 +27,7 @@ hosts:
 paths:
   - {name: a, via: core}
   - {name: b, via: core, announce: false}
-core: {links: 1, rate: 40mbit, delay: 5ms, queue: 60pkt}
+core: {links: 1, rate: 12mbit, delay: 5ms, queue: 30pkt}
 traffic:
   - {type: bulk, duration: 4s}
 variants: [mptcp]
@@ -146,6 +146,15 @@ func sharedBottleneck(t *testing.T, alg coupled.Algorithm) float64 {
 		if st := c.Stats(); st["recomputed"] == 0 || st["joined"] != 2 || st["selector_switched"] != 2 {
 			t.Errorf("two subflows should have been switched and coupled: %v", st)
 		}
+		// Closed, the subflows give their slots back and the last one
+		// deletes the connection's entry.
+		testutil.Eventually(t, 10*time.Second, func() error {
+			conns, err := c.Conns()
+			if st := c.Stats(); err != nil || len(conns) > 0 || st["released"] != 2 {
+				return fmt.Errorf("after the connection closed: %d entries (%v), %d subflows released", len(conns), err, st["released"])
+			}
+			return nil
+		})
 	}
 	return ratio
 }
