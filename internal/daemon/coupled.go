@@ -15,6 +15,10 @@ import (
 type couplers struct {
 	on  map[coupled.Algorithm]*coupled.Coupler
 	err map[coupled.Algorithm]string
+	// attachErr is the last error attaching each algorithm's selector (a
+	// scope's cgroup that does not exist yet): tried again every sync,
+	// said when it changes.
+	attachErr map[coupled.Algorithm]string
 }
 
 // coupledScopes turns the requirements into the cgroups each algorithm's
@@ -57,6 +61,7 @@ func (d *Daemon) syncCoupled(req policy.Requirements) {
 			d.log.Printf("coupled %s: unload: %v", alg, err)
 		}
 		delete(c.on, alg)
+		delete(c.attachErr, alg)
 		d.log.Printf("coupled %s: off (MPTCP subflows established from now on run the host's default congestion control)", alg)
 	}
 	for _, alg := range slices.Sorted(maps.Keys(want)) {
@@ -83,10 +88,23 @@ func (d *Daemon) syncCoupled(req policy.Requirements) {
 		if slices.Equal(cp.Scopes(), scopes) {
 			continue
 		}
+		before := cp.Scopes()
+		msg := ""
 		if err := cp.Attach(scopes); err != nil {
-			d.log.Printf("coupled %s: %v", alg, err)
+			msg = err.Error()
 		}
-		d.log.Printf("coupled %s: MPTCP subflows of new connections in %s run %s", alg, strings.Join(cp.Scopes(), ", "), cp.CongestionControl())
+		if msg != c.attachErr[alg] {
+			if msg != "" {
+				d.log.Printf("coupled %s: %s", alg, msg)
+			}
+			if c.attachErr == nil {
+				c.attachErr = map[coupled.Algorithm]string{}
+			}
+			c.attachErr[alg] = msg
+		}
+		if after := cp.Scopes(); !slices.Equal(before, after) {
+			d.log.Printf("coupled %s: MPTCP subflows of new connections in %s run %s", alg, strings.Join(after, ", "), cp.CongestionControl())
+		}
 	}
 }
 
@@ -104,7 +122,11 @@ func (c *couplers) status() map[string]any {
 	}
 	out := map[string]any{}
 	for alg, cp := range c.on {
-		out[string(alg)] = map[string]any{"congestion_control": cp.CongestionControl(), "cgroups": cp.Scopes(), "counters": cp.Stats()}
+		m := map[string]any{"congestion_control": cp.CongestionControl(), "cgroups": cp.Scopes(), "counters": cp.Stats()}
+		if e := c.attachErr[alg]; e != "" {
+			m["attach_error"] = e
+		}
+		out[string(alg)] = m
 	}
 	for alg, e := range c.err {
 		out[string(alg)] = map[string]any{"error": e}

@@ -1,7 +1,9 @@
 package daemon_test
 
 import (
+	"bytes"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"mpsteer/internal/api"
 	"mpsteer/internal/lab/labtest"
 	labworld "mpsteer/internal/lab/world"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/sockops/coupled"
 	"mpsteer/internal/testutil"
 )
@@ -72,4 +75,93 @@ func TestCoupledWithRateCapsAndReload(t *testing.T) {
 		return nil
 	})
 	u.wait()
+}
+
+// An MPTCP sink (Python: the test's own processes run in cgroups) and an
+// uploader that sends for argv[3] seconds.
+const (
+	mptcpSinkPy = `import socket, sys, threading
+def sink(c):
+    while c.recv(65536):
+        pass
+for port in sys.argv[1:]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(port)))
+    s.listen(8)
+    threading.Thread(target=lambda s=s: [threading.Thread(target=sink, args=(s.accept()[0],), daemon=True).start() for _ in iter(int, 1)], daemon=True).start()
+threading.Event().wait()
+`
+	mptcpUploadPy = `import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
+s.connect((sys.argv[1], int(sys.argv[2])))
+end, buf = time.time() + float(sys.argv[3]), b"x" * 65536
+while time.time() < end:
+    s.sendall(buf)
+`
+)
+
+// Per cgroup: the client's connections in cgroup app run BALIA (its
+// scoped entry), those in cgroup other LIA (the unscoped one): the
+// innermost scope decides.
+func TestCoupledPerCgroup(t *testing.T) {
+	testutil.RequireLab(t)
+	testutil.RequireTool(t, "python3")
+	if err := coupled.Supported(); err != nil {
+		testutil.Unavailable(t, err.Error())
+	}
+	cg := newCgroups(t, "app", "other")
+	w := labtest.World(t, ratePaths, "mptcp")
+	client, server := w.Host(labworld.Client).NetNS, w.Host(labworld.Server).NetNS
+	d := testutil.StartDaemon(t, client, fmt.Sprintf("coupled: lia\npolicies: [{name: coupled, algorithm: balia, cgroup: %s}]\n", cg.path("app")))
+	testutil.Eventually(t, 3*time.Second, func() error {
+		st, err := d.Client.Status()
+		if err != nil {
+			return err
+		}
+		if len(st.Coupled) != 2 {
+			return fmt.Errorf("coupled in status: %v", st.Coupled)
+		}
+		return nil
+	})
+	sink := exec.Command("ip", "netns", "exec", server, "python3", "-c", mptcpSinkPy, "5301", "5302")
+	if err := sink.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Process.Kill(); sink.Wait() })
+	srv := w.Paths[0].Server.Addr.String()
+	var out bytes.Buffer
+	testutil.Eventually(t, 5*time.Second, func() error { // the sink is listening
+		return exec.Command("ip", "netns", "exec", client, "python3", "-c", mptcpUploadPy, srv, "5301", "0").Run()
+	})
+	app := cg.run(t, "app", client, &out, "python3", "-c", mptcpUploadPy, srv, "5301", "4")
+	other := cg.run(t, "other", client, &out, "python3", "-c", mptcpUploadPy, srv, "5302", "4")
+	s := sampler(t, client)
+	testutil.Eventually(t, 3*time.Second, func() error {
+		sfs, err := s.Subflows()
+		if err != nil {
+			return err
+		}
+		want := map[uint16]string{5301: "mpsbal_", 5302: "mpslia_"}
+		seen := map[uint16]int{}
+		for _, sf := range sfs {
+			p := sf.Remote.Port()
+			if want[p] == "" || sf.State != observe.TCPEstablished {
+				continue
+			}
+			if !strings.HasPrefix(sf.CC, want[p]) {
+				return fmt.Errorf("a subflow to port %d runs %q, want %s…", p, sf.CC, want[p])
+			}
+			seen[p]++
+		}
+		if seen[5301] < 2 || seen[5302] < 2 {
+			return fmt.Errorf("subflows so far: %v", seen)
+		}
+		return nil
+	})
+	for _, c := range []*exec.Cmd{app, other} {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("uploader: %v\n%s", err, out.String())
+		}
+	}
 }
