@@ -126,8 +126,8 @@ type Results struct {
 
 // Variant is every run of one variant and what they sum up to.
 type Variant struct {
-	Runs       []Run                    `json:"runs"`
-	FailedRuns int                      `json:"failed_runs"`
+	Runs       []Run                     `json:"runs"`
+	FailedRuns int                       `json:"failed_runs"`
 	Goodput    stats.Estimate            `json:"goodput_mbit"`
 	Metrics    map[string]stats.Estimate `json:"metrics,omitempty"`
 }
@@ -135,16 +135,19 @@ type Variant struct {
 // Comparison is the median of the paired ratios A_r / B_r of a metric over
 // the rounds where both succeeded.
 type Comparison struct {
-	Metric string        `json:"metric"`
+	Metric string         `json:"metric"`
 	Ratio  stats.Estimate `json:"ratio"`
-	Pairs  [][2]float64  `json:"pairs"`
+	Pairs  [][2]float64   `json:"pairs"`
 }
 
 // VsBest is a variant against the best of its alternatives in each round.
 type VsBest struct {
-	Alternatives []string      `json:"alternatives"`
-	Metric       string        `json:"metric"`
-	Ratio        stats.Estimate `json:"ratio"`
+	Alternatives []string `json:"alternatives"`
+	Metric       string   `json:"metric"`
+	// Better is "lower" when a lower value of Metric is better (the best
+	// alternative is then the lowest); "higher" or absent otherwise.
+	Better string         `json:"better,omitempty"`
+	Ratio  stats.Estimate `json:"ratio"`
 }
 
 // Run is one run of a variant: where it sits in the order of runs, whether

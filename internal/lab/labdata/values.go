@@ -133,6 +133,12 @@ func (r *Results) Ratio(a, b, metric string) (stats.Estimate, [][2]float64) {
 // against the best of its alternatives in the same round (rounds where any
 // alternative has no value are left out).
 func (r *Results) RatioToBest(a string, alts []string, metric string) stats.Estimate {
+	return r.RatioToBestBy(a, alts, metric, true)
+}
+
+// RatioToBestBy is RatioToBest where the best alternative is the highest
+// (higher) or the lowest value.
+func (r *Results) RatioToBestBy(a string, alts []string, metric string, higher bool) stats.Estimate {
 	av, rounds := r.RoundValues(a, metric)
 	altv := make([]map[int]float64, len(alts))
 	for i, alt := range alts {
@@ -142,12 +148,19 @@ func (r *Results) RatioToBest(a string, alts []string, metric string) stats.Esti
 rounds:
 	for _, k := range rounds {
 		best := math.Inf(-1)
+		if !higher {
+			best = math.Inf(1)
+		}
 		for _, m := range altv {
 			y, ok := m[k]
 			if !ok {
 				continue rounds
 			}
-			best = max(best, y)
+			if higher {
+				best = max(best, y)
+			} else {
+				best = min(best, y)
+			}
 		}
 		if len(alts) == 0 || best == 0 {
 			continue
@@ -209,7 +222,11 @@ func (r *Results) Verify() []string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		c := r.Comparisons[k]
-		a, b, ok := strings.Cut(k, "/")
+		// "A/B" on goodput, "A/B:METRIC" on the primary metric (whose
+		// name may hold a colon itself: share:PATH); variant names have
+		// none.
+		pair, _, _ := strings.Cut(k, ":")
+		a, b, ok := strings.Cut(pair, "/")
 		if !ok || r.Variants[a] == nil || r.Variants[b] == nil {
 			bad("comparisons."+k, "is not A/B of two variants of the file")
 			continue
@@ -229,7 +246,8 @@ func (r *Results) Verify() []string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		vb := r.VsBest[k]
-		if got := r.RatioToBest(k, vb.Alternatives, vb.Metric); !same(got, vb.Ratio) {
+		variant, _, _ := strings.Cut(k, ":") // "A", or "A:METRIC" on the primary metric
+		if got := r.RatioToBestBy(variant, vb.Alternatives, vb.Metric, vb.Better != "lower"); !same(got, vb.Ratio) {
 			bad("vs_best_alternative."+k+".ratio", "says %s, its runs give %s", show(vb.Ratio), show(got))
 		}
 	}
