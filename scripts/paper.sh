@@ -33,3 +33,12 @@ if ls -d results/paper/fullmesh-[0-9]* >/dev/null 2>&1; then
 		--title "M-fullmesh: goodput against subflows per address pair (320 Mbit/s of core)" \
 		--xlabel "subflows per address pair" --default-series pinned --out docs/figures/fullmesh-sweep.png
 fi
+# Coupled congestion control: MPTCP's goodput over one TCP flow's against
+# the subflows sharing the bottleneck, one line per algorithm and number of
+# TCP flows (issue 26).
+if ls -d results/paper/coupled-sweep-c[0-9]* >/dev/null 2>&1; then
+	$bin lab sweep results/paper/coupled-sweep-c[0-9]* --metric ratio_to_competitor_flow \
+		--variants '^(?P<series>mptcp|lia|balia)-(?P<x>[0-9]+)$' \
+		--title "one bottleneck: MPTCP's goodput over one TCP flow's (coupled-sweep-c1..c4)" \
+		--xlabel "subflows through the bottleneck" --out docs/figures/coupled-sweep.png
+fi

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"mpsteer/internal/lab/report"
+	"mpsteer/internal/lab/results"
 )
 
 func init() { extraLabCommands = append(extraLabCommands, labSweepCmd) }
@@ -24,10 +25,10 @@ type sweepPoint struct {
 }
 
 func labSweepCmd() *cobra.Command {
-	var pattern, scenPattern, out, title, xlabel, defSeries string
+	var pattern, scenPattern, out, title, xlabel, defSeries, metric string
 	c := &cobra.Command{
 		Use:   "sweep DIR... --variants REGEX --out FILE.png",
-		Short: "Plot goodput against a number in the variants' names (e.g. subflows per pair), one line per scenario and series; also writes FILE.csv",
+		Short: "Plot goodput (or --metric) against a number in the variants' names (e.g. subflows per pair), one line per scenario and series; also writes FILE.csv",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			re, err := regexp.Compile(pattern)
@@ -81,7 +82,11 @@ func labSweepCmd() *cobra.Command {
 					if series == "" {
 						series = defSeries
 					}
-					pts = append(pts, sweepPoint{Scenario: s.Scenario, Series: series, Variant: s.Variant, X: x, Y: s.GoodputMbit})
+					y, ok := results.Run{Summary: s}.Value(metric)
+					if !ok {
+						return fmt.Errorf("%s %s has no %s (a summary's figures: goodput_mbit, competitor_goodput_mbit, share:PATH, its metrics' keys…)", s.Scenario, s.Variant, metric)
+					}
+					pts = append(pts, sweepPoint{Scenario: s.Scenario, Series: series, Variant: s.Variant, X: x, Y: y})
 				}
 			}
 			if len(pts) == 0 {
@@ -111,7 +116,11 @@ func labSweepCmd() *cobra.Command {
 				}
 				lines = append(lines, l)
 			}
-			if err := report.PlotXY(out, title, xlabel, "goodput (Mbit/s)", lines); err != nil {
+			ylabel := metric
+			if metric == "goodput_mbit" {
+				ylabel = "goodput (Mbit/s)"
+			}
+			if err := report.PlotXY(out, title, xlabel, ylabel, lines); err != nil {
 				return err
 			}
 			csvFile := strings.TrimSuffix(out, filepath.Ext(out)) + ".csv"
@@ -120,7 +129,7 @@ func labSweepCmd() *cobra.Command {
 				return err
 			}
 			w := csv.NewWriter(f)
-			w.Write([]string{"scenario", "series", "variant", "x", "goodput_mbit"})
+			w.Write([]string{"scenario", "series", "variant", "x", metric})
 			for _, p := range pts {
 				w.Write([]string{p.Scenario, p.Series, p.Variant, strconv.FormatFloat(p.X, 'f', -1, 64), strconv.FormatFloat(p.Y, 'f', 3, 64)})
 			}
@@ -138,6 +147,7 @@ func labSweepCmd() *cobra.Command {
 	c.Flags().StringVar(&title, "title", "goodput", "plot title")
 	c.Flags().StringVar(&xlabel, "xlabel", "x", "x axis label")
 	c.Flags().StringVar(&defSeries, "default-series", "", "series name of the variants whose series group is empty")
+	c.Flags().StringVar(&metric, "metric", "goodput_mbit", "the figure to plot: goodput_mbit, competitor_goodput_mbit, share:PATH, or a key of the summaries' metrics (e.g. ratio_to_competitor_flow)")
 	c.MarkFlagRequired("variants")
 	return c
 }

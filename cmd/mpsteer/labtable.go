@@ -78,6 +78,10 @@ func readRuns(dirs []string) ([][]*report.Summary, error) {
 					s.Metrics[k] = e.Median
 				}
 			}
+			if rep.CompetitorGoodputMbit != nil {
+				v := f.Estimate(s.Variant, "competitor_goodput_mbit").Median
+				s.CompetitorGoodputMbit = &v
+			}
 			sums = append(sums, &s)
 		}
 		rows = append(rows, sums)

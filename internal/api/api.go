@@ -65,7 +65,11 @@ type Status struct {
 	// address connections start from and its counters.
 	AvoidInitial map[string]any    `json:"avoid_initial_program,omitempty"`
 	RateProgram  map[string]uint64 `json:"rate_program,omitempty"`
-	Chains       json.RawMessage   `json:"chains,omitempty"`
+	// Coupled are the coupled congestion controls in use, by algorithm:
+	// the name each is registered under, the cgroups whose MPTCP
+	// subflows run it, and its counters (or why it could not be loaded).
+	Coupled map[string]any  `json:"coupled_cc,omitempty"`
+	Chains  json.RawMessage `json:"chains,omitempty"`
 	// Health is the path-health reports' program (RAMPTCP), when in use.
 	Health *HealthStatus `json:"path_health,omitempty"`
 	// Mptcpize: the cgroups whose applications get MPTCP, when any.

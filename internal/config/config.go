@@ -123,6 +123,7 @@ func parseMap(m *yamlcfg.Map, env policy.Env) *Config {
 	cfg.ReportHealth = parseReportHealth(m)
 	seen := map[string]bool{}
 	cfg.addMode(m, env, seen) // presets.go: the mode section, as policies
+	cfg.addCoupled(m, seen)   // coupled.go: the top-level coupled key, as a policy
 	cfg.parseMptcpize(m)
 	for _, it := range m.List("policies") {
 		if it.Map == nil {
@@ -138,7 +139,7 @@ func parseMap(m *yamlcfg.Map, env policy.Env) *Config {
 			}
 		}
 		p := policy.Build(it.Map, env)
-		if p == nil {
+		if p == nil || !checkCoupled(it.Map, "name", p) {
 			continue
 		}
 		if cgroup != "" {

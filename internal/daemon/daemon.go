@@ -331,15 +331,18 @@ func netnsName() string {
 }
 
 // programs are the BPF programs the policies' requirements load
-// (requirements.go): rto_max and the SYN timeout, avoid_initial.
+// (requirements.go): rto_max and the SYN timeout, avoid_initial, the
+// coupled congestion controls (coupled.go).
 type programs struct {
 	rto        *sockops.RTOCapper
 	rtoErr     string
 	initial    *sockops.InitialBinder
 	initialErr string
+	coupled    couplers
 }
 
 func (p *programs) close() {
+	p.coupled.close()
 	if p.rto != nil {
 		p.rto.Close()
 		p.rto = nil

@@ -73,6 +73,7 @@ func (d *Daemon) Status() api.Status {
 	if d.progs.initial != nil {
 		st.AvoidInitial = map[string]any{"addr": d.progs.initial.Addr().String(), "counters": d.progs.initial.Stats()}
 	}
+	st.Coupled = d.progs.coupled.status() // coupled.go
 	st.RateProgram = d.apply.rates.Stats()
 	if d.dp != nil {
 		st.Chains, _ = json.Marshal(d.dp.List())

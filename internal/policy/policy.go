@@ -222,6 +222,9 @@ type Requirements struct {
 	// decision wants their address usable; elsewhere the first decision,
 	// taken when the subflow's establishment event arrives, does it.
 	JoinBackup bool
+	// Coupled: the MPTCP subflows of each scope's connections run a
+	// coupled congestion control (coupled.go), in the order given.
+	Coupled []CoupledScope
 }
 
 // Requirer is implemented by policies with Requirements.
@@ -332,6 +335,7 @@ func (e *Engine) Requirements() Requirements {
 		if !r.InitialAddr.IsValid() && len(r.InitialAvoid) == 0 {
 			r.InitialAvoid, r.InitialAddr = req.InitialAvoid, req.InitialAddr
 		}
+		r.Coupled = append(r.Coupled, req.Coupled...)
 	}
 	return r
 }

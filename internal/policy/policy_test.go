@@ -168,7 +168,7 @@ func TestBuildRejectsBadConfig(t *testing.T) {
 		"name: prefer\nrto_max: 200ms":                     `rto_max: 200ms is outside what the kernel accepts`,
 		"name: prefer\npaths: [\"a b\"]":                   `is neither an IP address nor an interface name`,
 		"name: prefer\nspeed: fast":                        `unknown key "speed"`,
-		"name: nosuch":                                     `unknown policy "nosuch" (valid: backup, dynthresh, ecf, fullmesh, incremental, limit, prefer, `,
+		"name: nosuch":                                     `unknown policy "nosuch" (valid: backup, coupled, dynthresh, ecf, fullmesh, incremental, limit, prefer, `,
 		"name: dynthresh\nmode: paper\nprobe_interval: 0s": `probe_interval: must be above 0s`,
 		"name: prefer\nprobe_interval: 5ms":                `probe_interval: 5ms is below 10ms`,
 		"name: ecf\ntrial_rtts: 0.5":                       `c.yaml:2: trial_rtts: "0.5" is not valid (a number from 1 to 1000)`,

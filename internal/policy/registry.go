@@ -17,6 +17,7 @@ type Factory func(m *yamlcfg.Map, env Env) Policy
 func factories() map[string]Factory {
 	return map[string]Factory{
 		"backup":      buildBackup,
+		"coupled":     buildCoupled,
 		"dynthresh":   buildDynThresh,
 		"ecf":         buildECF,
 		"fullmesh":    buildFullmesh,

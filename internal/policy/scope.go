@@ -97,10 +97,16 @@ func (s *Scoped) Status() any {
 
 // Requirements are the inner policy's. Those that are not per connection
 // (rto_max on a local address, the programs for rate caps and path-health
-// reports) apply to every connection, scoped or not.
+// reports) apply to every connection, scoped or not; a coupled congestion
+// control applies to the scope's.
 func (s *Scoped) Requirements() Requirements {
-	if r, ok := s.Inner.(Requirer); ok {
-		return r.Requirements()
+	r, ok := s.Inner.(Requirer)
+	if !ok {
+		return Requirements{}
 	}
-	return Requirements{}
+	req := r.Requirements()
+	for i := range req.Coupled {
+		req.Coupled[i].Cgroup = s.Cgroup
+	}
+	return req
 }

@@ -114,6 +114,12 @@ type Summary struct {
 	// kept, and BestOf the primary metric over each candidate.
 	BestPath string             `json:"best_path,omitempty"`
 	BestOf   map[string]float64 `json:"best_of,omitempty"`
+	// CompetitorGoodputMbit is the goodput of the single-path TCP beside
+	// the measured traffic (competitors: all their streams together, each
+	// over its own span), CompetitorFlows how many streams; nil and 0
+	// without competitors.
+	CompetitorGoodputMbit *float64 `json:"competitor_goodput_mbit,omitempty"`
+	CompetitorFlows       int      `json:"competitor_flows,omitempty"`
 }
 
 // PathMapper names the path of a socket from its client-side address.

@@ -31,6 +31,8 @@ type variantRun struct {
 	errs   []string
 	bulk   *traffic.BulkResult
 	flows  []traffic.FlowResult
+	// competitors: single-path TCP beside the measured traffic.
+	competitors []competitorResult
 }
 
 // configError is a mistake that every run would repeat (the variant
@@ -149,17 +151,18 @@ loop:
 	daemonInfo := stopDaemons()
 	stopMptcpd()
 	emu, _ := world.Control(w.Dir, world.Request{Op: "stats"})
-	sum := r.summarize(rec.Samples)
+	samples := r.withoutCompetitors(rec.Samples)
+	sum := r.summarize(samples)
 	if emu != nil {
 		sum.Emulator = emu.Links
-		r.recoveries(sum, emu.Links, rec.Samples)
+		r.recoveries(sum, emu.Links, samples)
 		r.linkShares(sum, emu.Links)
 	}
-	r.floodMetrics(sum, rec.Samples)
+	r.floodMetrics(sum, samples)
 	if daemonInfo != nil {
 		sum.Daemon = daemonInfo
 	}
-	return sum, r.writeFiles(sum, rec.Samples)
+	return sum, r.writeFiles(sum, samples)
 }
 
 // fail records a problem of the run: it goes into the summary's errors,

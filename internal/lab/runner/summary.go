@@ -2,12 +2,14 @@ package runner
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"mpsteer/internal/lab/recorder"
 	"mpsteer/internal/lab/report"
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/world"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/stats"
 )
 
@@ -73,6 +75,7 @@ func (r *variantRun) summarize(samples []recorder.Sample) *report.Summary {
 			sum.Metrics["goodput_before_first_event_mbit"] = g
 		}
 	}
+	r.competitorFigures(sum)
 	if len(r.flows) > 0 {
 		fs := &report.FlowsSummary{Count: len(r.flows), BySize: map[string]report.Percentiles{}}
 		var all []time.Duration
@@ -192,4 +195,42 @@ func (r *variantRun) floodMetrics(sum *report.Summary, samples []recorder.Sample
 		}
 		return
 	}
+}
+
+// competitorFigures: the competitors' goodput (each over its own span),
+// and ratio_to_competitor_flow, the measured traffic's goodput against
+// one competing stream's (the competitors' goodput over their streams): 1
+// is an equal share of a shared bottleneck.
+func (r *variantRun) competitorFigures(sum *report.Summary) {
+	if len(r.competitors) == 0 {
+		return
+	}
+	var g float64
+	for _, c := range r.competitors {
+		if c.res.LastByte > c.res.Start {
+			g += float64(c.res.Bytes) * 8 / 1e6 / (c.res.LastByte - c.res.Start).Seconds()
+		}
+		sum.CompetitorFlows += c.streams
+	}
+	sum.CompetitorGoodputMbit = &g
+	if g > 0 {
+		sum.Metrics["ratio_to_competitor_flow"] = sum.GoodputMbit / (g / float64(sum.CompetitorFlows))
+	}
+}
+
+// withoutCompetitors leaves the competitors' sockets out of the samples:
+// the subflows, per-path shares and time series are the measured
+// traffic's (the competitors' goodput is counted apart).
+func (r *variantRun) withoutCompetitors(samples []recorder.Sample) []recorder.Sample {
+	ports := r.competitorPorts()
+	if len(ports) == 0 {
+		return samples
+	}
+	out := make([]recorder.Sample, len(samples))
+	for i, s := range samples {
+		s.Client = slices.DeleteFunc(slices.Clone(s.Client), func(sf observe.Subflow) bool { return ports[sf.Remote.Port()] })
+		s.Server = slices.DeleteFunc(slices.Clone(s.Server), func(sf observe.Subflow) bool { return ports[sf.Local.Port()] })
+		out[i] = s
+	}
+	return out
 }

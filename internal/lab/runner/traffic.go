@@ -41,6 +41,9 @@ func (r *variantRun) meter(m *traffic.Meter) {
 func (r *variantRun) runTraffic(ctx context.Context, i int, t scenario.Traffic) error {
 	clientNS := r.w.Host(r.w.ClientRole()).NetNS
 	serverNS := r.w.Host(r.w.ServerRole()).NetNS
+	if t.Competitor {
+		return r.runCompetitor(ctx, i, t, clientNS, serverNS)
+	}
 	first := r.w.Paths[0]
 	serverAddr := first.Server.Addr
 	// In a tenants world only the measured pair's traffic is counted:
@@ -121,4 +124,48 @@ func (r *variantRun) runTraffic(ctx context.Context, i int, t scenario.Traffic) 
 		return fl.Run(ctx)
 	}
 	return fmt.Errorf("unknown traffic type %q", t.Kind)
+}
+
+// competitorPort is the server port of traffic entry i when it is a
+// competitor (every entry has its own).
+func competitorPort(i int) uint16 { return uint16(5201 + i) }
+
+// runCompetitor runs single-path TCP over the competitor's path beside the
+// measured traffic, measured apart (scenario/competitor.go).
+func (r *variantRun) runCompetitor(ctx context.Context, i int, t scenario.Traffic, clientNS, serverNS string) error {
+	p := r.w.Path(t.Path)
+	if p == nil {
+		return fmt.Errorf("the competitor's path %s is not in this world", t.Path)
+	}
+	b := &traffic.Bulk{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(p.Server.Addr, competitorPort(i)),
+		Local: p.Client.Addr, Proto: traffic.TCP, Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams}
+	select {
+	case <-time.After(r.t0 + t.Start - traffic.Now()):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	res, err := b.Run(ctx)
+	r.mu.Lock()
+	r.competitors = append(r.competitors, competitorResult{res: res, streams: max(t.Streams, 1)})
+	r.mu.Unlock()
+	if err != nil && ctx.Err() == nil && t.Duration > 0 && res.LastByte > res.Start {
+		return fmt.Errorf("competitor did not finish (%.1f of %.0f s): %w", (res.LastByte - res.Start).Seconds(), t.Duration.Seconds(), err)
+	}
+	return err
+}
+
+type competitorResult struct {
+	res     traffic.BulkResult
+	streams int
+}
+
+// competitorPorts are the server ports of the scenario's competitors.
+func (r *variantRun) competitorPorts() map[uint16]bool {
+	out := map[uint16]bool{}
+	for i, t := range r.s.Traffic {
+		if t.Competitor {
+			out[competitorPort(i)] = true
+		}
+	}
+	return out
 }

@@ -28,6 +28,10 @@ type Path struct {
 	// ViaCore sends the path through the shared core (client → r1 is the
 	// path's own access link).
 	ViaCore bool
+	// NoAnnounce: the server does not announce this via-core path's
+	// address (announce: false), so the client's subflow from it is the
+	// path's only one (a connection over n such paths has n subflows).
+	NoAnnounce bool
 	// Plain is set for a via-core path given no link parameters at all:
 	// its access link is a plain veth (not emulated, never the
 	// bottleneck), so it has nothing to set, take down or bring up.
@@ -72,6 +76,12 @@ func parsePath(pm *yamlcfg.Map, dir string) *Path {
 	p.Backup = pm.Bool("backup", false)
 	via := pm.Enum("via", "", "core")
 	p.ViaCore = via == "core"
+	if pm.Has("announce") {
+		p.NoAnnounce = !pm.Bool("announce", true)
+		if !p.ViaCore && !pm.Failed("via") {
+			pm.Errorf("announce", "announce says whether the server announces a via-core path's own address; this path is direct (its server address is never announced): give via: core or leave announce out")
+		}
+	}
 	if p.ViaCore {
 		p.Plain = true
 		for _, k := range append(PatchKeys, "up", "down") {

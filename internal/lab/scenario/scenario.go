@@ -175,6 +175,7 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		fillVariantPaths(v, s)
 		fillVariantDefaults(v, s)
 	}
+	checkCompetitors(m, s) // competitor.go
 	parseComparisons(m, s)
 	m.Done()
 	if err := m.Err(); err != nil {

@@ -257,8 +257,11 @@ func parsePair(t *yamlcfg.Map, tn *Tenants) [2]string {
 }
 
 // Measured reports whether the traffic runs between the measured pair
-// (always so without tenants).
+// (always so without tenants, but for competitors: competitor.go).
 func (t Traffic) Measured(s *Scenario) bool {
+	if t.Competitor {
+		return false
+	}
 	if s.Tenants == nil {
 		return true
 	}

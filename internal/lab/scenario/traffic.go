@@ -28,12 +28,16 @@ type Traffic struct {
 	Upload bool
 	// Bulk: concurrent connections (1 to MaxStreams).
 	Streams int
+	// Competitor: single-path TCP over Path beside the measured traffic,
+	// measured apart (competitor.go).
+	Competitor bool
 	// Flows: sizes drawn with weights, Count flows started every Interval.
 	Sizes    []units.Size
 	Weights  []float64
 	Count    int
 	Interval time.Duration
-	// UDP flood: on Path, from Start to Stop, at Rate.
+	// UDP flood: on Path, from Start to Stop, at Rate. Competitor: the
+	// path it crosses.
 	Path string
 	// Pair is the client and server VM of a tenants world (default: the
 	// measured pair).
@@ -75,6 +79,7 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 		}
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
 		tr.Streams = t.Int("streams", 1, 1, MaxStreams)
+		parseCompetitor(t, &tr, paths, tn)
 	case Flows:
 		sizes := t.Strings("sizes")
 		if len(sizes) > MaxFlowSizes {

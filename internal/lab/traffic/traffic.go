@@ -113,10 +113,15 @@ func LocalPair(network, addr string, mptcp bool) (client, server net.Conn, close
 	return client, server, closeAll, nil
 }
 
-func dial(ctx context.Context, ns string, addr netip.AddrPort, proto Proto) (net.Conn, error) {
+func dial(ctx context.Context, ns string, local netip.Addr, addr netip.AddrPort, proto Proto) (net.Conn, error) {
 	var c net.Conn
 	err := netnsutil.Do(ns, func() error {
 		d := net.Dialer{Timeout: 10 * time.Second}
+		if local.IsValid() {
+			// Bound to a path's address, the connection takes that path
+			// (the lab's source-address rules).
+			d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
+		}
 		d.SetMultipathTCP(proto == MPTCP)
 		var err error
 		c, err = d.DialContext(ctx, "tcp", addr.String())
@@ -140,10 +145,13 @@ func IsMPTCP(c net.Conn) bool {
 type Bulk struct {
 	ClientNS, ServerNS string
 	Server             netip.AddrPort
-	Proto              Proto
-	Upload             bool // client → server
-	Duration           time.Duration
-	Size               int64 // in all (split evenly over the streams)
+	// Local is the client's address to connect from (invalid: the one
+	// routing picks).
+	Local    netip.Addr
+	Proto    Proto
+	Upload   bool // client → server
+	Duration time.Duration
+	Size     int64 // in all (split evenly over the streams)
 	// Streams: concurrent connections (0 or 1: one).
 	Streams int
 	// Meter counts what the receiving application read.
@@ -190,7 +198,7 @@ func (b *Bulk) Run(ctx context.Context) (BulkResult, error) {
 	res.MPTCP = true
 	var clients []net.Conn
 	for i := 0; i < n; i++ {
-		cc, err := dial(ctx, b.ClientNS, b.Server, b.Proto)
+		cc, err := dial(ctx, b.ClientNS, b.Local, b.Server, b.Proto)
 		if err != nil {
 			return res, fmt.Errorf("bulk: connect to %s (stream %d of %d): %w", b.Server, i+1, n, err)
 		}
@@ -413,7 +421,7 @@ func (f *Flows) one(ctx context.Context, size int64) FlowResult {
 		r.FCT = Now() - r.Start
 		return r
 	}
-	c, err := dial(ctx, f.ClientNS, f.Server, f.Proto)
+	c, err := dial(ctx, f.ClientNS, netip.Addr{}, f.Server, f.Proto)
 	if err != nil {
 		return fail(err)
 	}

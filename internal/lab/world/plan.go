@@ -384,7 +384,7 @@ func NewPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Plan, err
 			// that address is reachable over every path (see
 			// routeDirectServersViaCore): a single-homed server, which
 			// announces nothing.
-			if sp.ViaCore && order > 0 && kernelPM[Server] && s.Path(v.Paths[0]).ViaCore {
+			if sp.ViaCore && !sp.NoAnnounce && order > 0 && kernelPM[Server] && s.Path(v.Paths[0]).ViaCore {
 				sf := pm.FlagSignal
 				info.ServerEndpoint = &sf
 				info.ServerEPFlags = sf.String()
