@@ -156,6 +156,7 @@ loop:
 		r.linkShares(sum, emu.Links)
 	}
 	r.floodMetrics(sum, rec.Samples)
+	r.lossMetrics(sum, rec.Samples)
 	if daemonInfo != nil {
 		sum.Daemon = daemonInfo
 	}
