@@ -33,3 +33,11 @@ if ls -d results/paper/fullmesh-[0-9]* >/dev/null 2>&1; then
 		--title "M-fullmesh: goodput against subflows per address pair (320 Mbit/s of core)" \
 		--xlabel "subflows per address pair" --default-series pinned --out docs/figures/fullmesh-sweep.png
 fi
+# eMPTCP Fig. 7a: the VM pairs' aggregate goodput against ECMP (the
+# paper's baseline), by the number of pairs.
+if ls -d results/paper/tenants-pairs[0-9]* >/dev/null 2>&1; then
+	$bin lab sweep results/paper/tenants-pairs[0-9]* --scenarios '^tenants-pairs(?P<x>[0-9]+)$' \
+		--variants '^(tcp-best|mptcp|mptcp\+spread)$' --over mptcp-ecmp --log-x \
+		--title "eMPTCP Fig. 7a: aggregate goodput against ECMP, by VM pairs (2 × 100 Mbit/s)" \
+		--xlabel "VM pairs" --out docs/figures/tenants-pairs-sweep.png
+fi

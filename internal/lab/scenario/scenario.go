@@ -170,11 +170,13 @@ type Traffic struct {
 	// UDP flood: on Path, from Start to Stop, at Rate.
 	Path string
 	// Pair is the client and server VM of a tenants world (default: the
-	// measured pair).
-	Pair [2]string
-	Stop time.Duration
-	Rate units.Rate
-	Line int
+	// first measured pair); AllPairs: none was given, so the traffic runs
+	// between every measured pair (Pairs).
+	Pair     [2]string
+	AllPairs bool
+	Stop     time.Duration
+	Rate     units.Rate
+	Line     int
 }
 
 // End is when the generator stops (0 = unknown, size-bound).
@@ -752,6 +754,7 @@ func (pt Patch) Empty() bool {
 func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 	tr := Traffic{Line: t.Line()}
 	tr.Pair = parsePair(t, tn)
+	tr.AllPairs = tn != nil && !t.Has("pair")
 	tr.Kind = TrafficKind(t.Enum("type", "", string(Bulk), string(Flows), string(UDPFlood)))
 	if tr.Kind == "" && !t.Has("type") {
 		t.Errorf("type", "every traffic entry needs a type (valid: bulk, flows, udp-flood)")
