@@ -42,3 +42,11 @@ if ls -d results/paper/coupled-sweep-c[0-9]* >/dev/null 2>&1; then
 		--title "one bottleneck: MPTCP's goodput over one TCP flow's (coupled-sweep-c1..c4)" \
 		--xlabel "subflows through the bottleneck" --out docs/figures/coupled-sweep.png
 fi
+# eMPTCP Fig. 7a: the VM pairs' aggregate goodput against ECMP (the
+# paper's baseline), by the number of pairs.
+if ls -d results/paper/tenants-pairs[0-9]* >/dev/null 2>&1; then
+	$bin lab sweep results/paper/tenants-pairs[0-9]* --scenarios '^tenants-pairs(?P<x>[0-9]+)$' \
+		--variants '^(tcp-best|mptcp|mptcp\+spread)$' --over mptcp-ecmp --log-x \
+		--title "eMPTCP Fig. 7a: aggregate goodput against ECMP, by VM pairs (2 × 100 Mbit/s)" \
+		--xlabel "VM pairs" --out docs/figures/tenants-pairs-sweep.png
+fi

@@ -45,6 +45,13 @@ var benchmarks = []benchmark{
 		}
 		return bench.Datapath(ctx, bin, progress)
 	}},
+	{"overhead", "chains' time as a share of transmission time, 1 to 10 000 concurrent MPTCP flows, by chain length and selection granularity (eMPTCP Figs. 5b and 5c; ~10 min; plots beside the JSON)", func(ctx context.Context, out string) (any, error) {
+		bin, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return bench.Overhead(ctx, bench.OverheadOptions{Out: out, Binary: bin}, progress)
+	}},
 	{"twopath", "dynthresh against default MPTCP in two-path cases where both paths help (lab runs, ~5 min)", func(ctx context.Context, out string) (any, error) {
 		bin, err := os.Executable()
 		if err != nil {
@@ -63,7 +70,27 @@ var benchmarks = []benchmark{
 
 func progress(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 
-func init() { extraCommands = append(extraCommands, benchCmd) }
+func init() { extraCommands = append(extraCommands, benchCmd, benchSinkCmd) }
+
+// benchSinkCmd is the server side of `bench overhead`, a process of its
+// own (hidden: the benchmark starts it).
+func benchSinkCmd() *cobra.Command {
+	var ns string
+	var port int
+	c := &cobra.Command{
+		Use:    "bench-sink --netns NS --port P",
+		Short:  "Accept MPTCP connections in a namespace and read them until stdin closes (bench overhead's server)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return bench.Sink(ns, port, os.Stdin, os.Stdout)
+		},
+	}
+	c.Flags().StringVar(&ns, "netns", "", "network namespace to listen in")
+	c.Flags().IntVar(&port, "port", 5201, "TCP port")
+	c.MarkFlagRequired("netns")
+	return c
+}
 
 func benchCmd() *cobra.Command {
 	var out, only string

@@ -162,13 +162,23 @@ func printTenants(w *world.World) {
 		fmt.Printf("  link %-8s %s %s — %s %s  %s→%s: %s %s, back: %s %s%s\n", l.Name, t.Hypervisors[0], l.A, t.Hypervisors[1], l.B,
 			t.Hypervisors[0], t.Hypervisors[1], lp.Up.Rate, lp.Up.Delay, lp.Down.Rate, lp.Down.Delay, def)
 	}
+	pairs := t.Pairs
+	if len(pairs) == 0 {
+		pairs = [][2]string{{t.Client, t.Server}}
+	}
 	for _, v := range t.VMs {
 		role := ""
-		switch v.Name {
-		case t.Client:
-			role = fmt.Sprintf(" [measured client, %d subflows]", t.Subflows)
-		case t.Server:
-			role = " [measured server]"
+		for i, pr := range pairs {
+			n := ""
+			if len(pairs) > 1 {
+				n = fmt.Sprintf(" %d", i+1)
+			}
+			switch v.Name {
+			case pr[0]:
+				role = fmt.Sprintf(" [measured client%s, %d subflows]", n, t.Subflows)
+			case pr[1]:
+				role = fmt.Sprintf(" [measured server%s]", n)
+			}
 		}
 		fmt.Printf("  vm %-10s on %s (%s %s, gateway %s via %s)%s\n", v.Name, v.On, v.Dev, v.Addr, v.Gateway, v.HostDev, role)
 	}

@@ -26,11 +26,12 @@ func labReproduceCmd() *cobra.Command {
 		Short: "Run every paper experiment (docs/papers.yaml) with lab run and write one report to browse, OUT/index.html: each figure, our number and the paper's side by side, and the command for each",
 		Long: `Runs each scenario the papers file lists (or only those named) with
 "mpsteer lab run scenarios/NAME.yaml --out OUT/NAME", one after another (all
-of them take hours), and writes OUT/index.html over the results after each
-run, so that the page shows what has run so far. --index-only writes the page
-from the runs already in OUT; --keep skips scenarios whose results are there.
-A run that fails is shown as failed and the others go on; the command then
-exits 1.`,
+of them take hours), then each benchmark it lists (benches:, named as
+bench:NAME) with "mpsteer bench NAME --out OUT/bench", and writes
+OUT/index.html over the results after each run, so that the page shows what
+has run so far. --index-only writes the page from the runs already in OUT;
+--keep skips scenarios and benchmarks whose results are there. A run that
+fails is shown as failed and the others go on; the command then exits 1.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := reproduce.Load(papers)
 			if err != nil {
@@ -46,6 +47,13 @@ exits 1.`,
 				if len(want) == 0 || want[e.Scenario] {
 					todo = append(todo, e)
 					delete(unknown, e.Scenario)
+				}
+			}
+			var benches []reproduce.Bench
+			for _, b := range p.Benches {
+				if len(want) == 0 || want["bench:"+b.Name] {
+					benches = append(benches, b)
+					delete(unknown, "bench:"+b.Name)
 				}
 			}
 			want = unknown
@@ -86,6 +94,26 @@ exits 1.`,
 				run.WaitDelay = time.Minute
 				if err := run.Run(); err != nil {
 					o.Failed[e.Scenario] = err.Error()
+				}
+				if index, err = reproduce.WriteIndex(p, o); err != nil {
+					return err
+				}
+			}
+			benchDir := filepath.Join(out, "bench")
+			for i, b := range benches {
+				if indexOnly || ctx.Err() != nil {
+					break
+				}
+				if _, err := os.Stat(filepath.Join(benchDir, b.Name+".json")); err == nil && keep {
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "reproduce: bench %d/%d %s\n", i+1, len(benches), b.Name)
+				run := exec.CommandContext(ctx, self, "bench", b.Name, "--out", benchDir)
+				run.Stdout, run.Stderr = os.Stderr, os.Stderr
+				run.Cancel = func() error { return run.Process.Signal(os.Interrupt) }
+				run.WaitDelay = time.Minute
+				if err := run.Run(); err != nil {
+					o.Failed["bench:"+b.Name] = err.Error()
 				}
 				if index, err = reproduce.WriteIndex(p, o); err != nil {
 					return err

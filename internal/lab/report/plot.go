@@ -18,6 +18,9 @@ type Line struct {
 	Name string
 	X, Y []float64
 	Dash bool
+	// Low and High, when given (PlotXY), are each point's interval, drawn
+	// as an error bar.
+	Low, High []float64
 }
 
 // Mark is a vertical marker (an event) on a time plot.
@@ -147,16 +150,71 @@ func PlotCDF(file, title, xlabel string, sets []Line) error {
 // PlotXY draws named series of points joined by lines (a parameter sweep:
 // goodput against subflows per pair, …) into a PNG file.
 func PlotXY(file, title, xlabel, ylabel string, lines []Line) error {
+	return PlotXYWith(file, title, xlabel, ylabel, lines, XYOptions{})
+}
+
+// XYOptions change PlotXYWith's axes.
+type XYOptions struct {
+	// LogX: a logarithmic x axis (for counts over decades: 1 to 10 000
+	// flows); points at x ≤ 0 are left out.
+	LogX bool
+	// TicksAtData: the x axis is labelled at the points' x values (1, 2,
+	// 4, 8, 16 VM pairs) instead of at round numbers.
+	TicksAtData bool
+}
+
+// dataTicks labels an axis at given values.
+type dataTicks []float64
+
+func (d dataTicks) Ticks(min, max float64) []plot.Tick {
+	var out []plot.Tick
+	for _, v := range d {
+		if v >= min && v <= max {
+			out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+		}
+	}
+	return out
+}
+
+// PlotXYWith is PlotXY with options. A line's Low and High, when given,
+// are drawn as error bars.
+func PlotXYWith(file, title, xlabel, ylabel string, lines []Line, o XYOptions) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = xlabel
 	p.Y.Label.Text = ylabel
 	p.Y.Min = 0
+	if o.LogX {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	if o.TicksAtData {
+		seen := map[float64]bool{}
+		var xs dataTicks
+		for _, l := range lines {
+			for _, x := range l.X {
+				if !seen[x] && (!o.LogX || x > 0) {
+					seen[x] = true
+					xs = append(xs, x)
+				}
+			}
+		}
+		sort.Float64s(xs)
+		p.X.Tick.Marker = xs
+	}
 	p.Add(plotter.NewGrid())
 	for i, l := range lines {
 		var pts plotter.XYs
+		var bars xyErrors
 		for j := range l.X {
+			if o.LogX && l.X[j] <= 0 {
+				continue
+			}
 			pts = append(pts, plotter.XY{X: l.X[j], Y: l.Y[j]})
+			if j < len(l.Low) && j < len(l.High) && !math.IsNaN(l.Low[j]) && !math.IsNaN(l.High[j]) {
+				bars.XYs = append(bars.XYs, plotter.XY{X: l.X[j], Y: l.Y[j]})
+				bars.YErrors = append(bars.YErrors, struct{ Low, High float64 }{l.Y[j] - l.Low[j], l.High[j] - l.Y[j]})
+			}
 		}
 		if len(pts) == 0 {
 			continue
@@ -172,9 +230,24 @@ func PlotXY(file, title, xlabel, ylabel string, lines []Line) error {
 			ln.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		}
 		p.Add(ln, sc)
+		if len(bars.XYs) > 0 {
+			eb, err := plotter.NewYErrorBars(bars)
+			if err != nil {
+				return err
+			}
+			eb.Color = plotutil.Color(i)
+			p.Add(eb)
+		}
 		p.Legend.Add(l.Name, ln, sc)
 	}
 	return saveLegendOutside(p, 8*vg.Inch, 5*vg.Inch, file)
+}
+
+// xyErrors is points with their error bars, as plotter.NewYErrorBars
+// reads them.
+type xyErrors struct {
+	plotter.XYs
+	plotter.YErrors
 }
 
 // saveLegendOutside saves the plot with its legend in a column to the

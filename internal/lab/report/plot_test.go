@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"gonum.org/v1/plot/plotutil"
 )
 
 func TestTimeTicksAreRound(t *testing.T) {
@@ -70,5 +72,51 @@ func TestLegendIsOutsideTheData(t *testing.T) {
 	}
 	if dark > b.Dx()/10 {
 		t.Errorf("a long dark run (%d px) at the legend's height on the right: a data line under the legend?", dark)
+	}
+}
+
+// A sweep over decades on a log axis, with intervals: the error bars are
+// drawn (more pixels in the line's colour than without them), and a point
+// at x = 0, which a log axis cannot place, is left out instead of failing.
+func TestPlotXYLogWithIntervals(t *testing.T) {
+	dir := t.TempDir()
+	x := []float64{0, 1, 10, 100, 1000, 10000}
+	y := []float64{1, 1, 1.2, 1.1, 1.3, 1.2}
+	coloured := func(l Line) int {
+		file := filepath.Join(dir, "p.png")
+		if err := PlotXYWith(file, "share", "flows", "share (%)", []Line{l}, XYOptions{LogX: true}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		img, err := png.Decode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := plotutil.Color(0)
+		wr, wg, wb, _ := want.RGBA()
+		n := 0
+		b := img.Bounds()
+		for py := b.Min.Y; py < b.Max.Y; py++ {
+			for px := b.Min.X; px < b.Max.X; px++ {
+				r, g, bl, _ := img.At(px, py).RGBA()
+				if r == wr && g == wg && bl == wb {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	plain := coloured(Line{Name: "chain of 4", X: x, Y: y})
+	lo, hi := make([]float64, len(y)), make([]float64, len(y))
+	for i := range y {
+		lo[i], hi[i] = y[i]-0.5, y[i]+0.5
+	}
+	bars := coloured(Line{Name: "chain of 4", X: x, Y: y, Low: lo, High: hi})
+	if plain == 0 || bars <= plain {
+		t.Errorf("pixels in the line's colour: %d without intervals, %d with; want more with", plain, bars)
 	}
 }

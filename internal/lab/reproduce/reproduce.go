@@ -7,17 +7,20 @@
 package reproduce
 
 import (
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"mpsteer/internal/docs/format"
 	"mpsteer/internal/lab/results"
+	"mpsteer/internal/provenance"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -28,6 +31,30 @@ type Papers struct {
 	Titles      map[string]string // paper id → title
 	Quotes      map[string]Quote  // quote id → the paper's words
 	Experiments []Experiment
+	// Benches are the paper measurements made by a benchmark (`mpsteer
+	// bench NAME`) instead of a lab run.
+	Benches []Bench
+}
+
+// Bench is one benchmark a paper stands behind: `mpsteer bench NAME`
+// writes NAME.json, whose figures its rows name.
+type Bench struct {
+	Name    string
+	Paper   string
+	Figure  string
+	Setting string
+	Rows    []BenchRow
+}
+
+// BenchRow is one figure of a benchmark's JSON beside a quote (or a note
+// saying why there is none): Value is its path in the JSON, keys joined
+// by dots (summary.length_share_pct_max), Unit what follows the number.
+type BenchRow struct {
+	What  string
+	Quote string
+	Note  string
+	Value string
+	Unit  string
 }
 
 // Quote is what a paper says, exactly, and where: the sentence (Text), the
@@ -71,6 +98,10 @@ var scenarioName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 var metricRe = regexp.MustCompile(`^(goodput_mbit|retransmits|bytes|duration_s|fct_median_ms|fct_p99_ms|share:[A-Za-z0-9._-]+|[a-z0-9_]+)$`)
 
 var quoteID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+
+var benchName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+
+var jsonPath = regexp.MustCompile(`^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$`)
 
 // Load reads a papers file; every problem names the file, line and key.
 func Load(file string) (*Papers, error) {
@@ -197,11 +228,100 @@ func Parse(file string, data []byte) (*Papers, error) {
 	if len(p.Experiments) == 0 && !m.Failed("experiments") {
 		m.Errorf("experiments", "no experiments")
 	}
+	p.parseBenches(m, paperIDs)
 	m.Done()
 	if err := m.Err(); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// parseBenches reads benches: the benchmarks a paper stands behind.
+func (p *Papers) parseBenches(m *yamlcfg.Map, paperIDs func() string) {
+	seen := map[string]bool{}
+	for _, it := range m.List("benches") {
+		if it.Map == nil {
+			m.ErrorAt(it.Node, it.Path, "a bench is a mapping: {bench, paper, figure, setting, rows}")
+			continue
+		}
+		bm := it.Map
+		b := Bench{Name: bm.String("bench", ""), Paper: bm.String("paper", ""), Figure: bm.String("figure", ""), Setting: bm.String("setting", "")}
+		switch {
+		case !benchName.MatchString(b.Name):
+			bm.Errorf("bench", "%q is not a benchmark's name (mpsteer bench NAME, e.g. overhead)", b.Name)
+		case seen[b.Name]:
+			bm.Errorf("bench", "%s is listed twice (give one bench several rows)", b.Name)
+		}
+		seen[b.Name] = true
+		if _, ok := p.Titles[b.Paper]; !ok {
+			bm.Errorf("paper", "unknown paper %q (valid: %s)", b.Paper, paperIDs())
+		}
+		if b.Figure == "" && !bm.Failed("figure") {
+			bm.Errorf("figure", "missing: the paper's figure or section the benchmark measures")
+		}
+		for _, r := range bm.List("rows") {
+			if r.Map == nil {
+				bm.ErrorAt(r.Node, r.Path, "a row is a mapping: {what, quote or note, value, unit}")
+				continue
+			}
+			row := BenchRow{What: r.Map.String("what", ""), Quote: r.Map.String("quote", ""), Note: r.Map.String("note", ""),
+				Value: r.Map.String("value", ""), Unit: r.Map.String("unit", "")}
+			if row.What == "" && !r.Map.Failed("what") {
+				r.Map.Errorf("what", "missing")
+			}
+			switch q, ok := p.Quotes[row.Quote]; {
+			case row.Quote == "" && row.Note == "":
+				r.Map.Errorf("quote", "missing: the id of the paper's quote beside this number, or a note saying why the paper gives none")
+			case row.Quote != "" && !ok:
+				r.Map.Errorf("quote", "unknown quote %q (quotes: lists them)", row.Quote)
+			case row.Quote != "" && q.Paper != b.Paper:
+				r.Map.Errorf("quote", "%s is a quote of %s, not of this bench's paper %s", row.Quote, q.Paper, b.Paper)
+			}
+			if !jsonPath.MatchString(row.Value) {
+				r.Map.Errorf("value", "%q is not a path in the benchmark's JSON (keys joined by dots, e.g. summary.length_share_pct_max)", row.Value)
+			}
+			r.Map.Done()
+			b.Rows = append(b.Rows, row)
+		}
+		if len(b.Rows) == 0 && !bm.Failed("rows") {
+			bm.Errorf("rows", "a bench needs at least one row")
+		}
+		bm.Done()
+		p.Benches = append(p.Benches, b)
+	}
+}
+
+// Lookup is the number at a dotted path of a benchmark's JSON.
+func Lookup(doc map[string]any, path string) (float64, error) {
+	var v any = doc
+	for _, k := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return 0, fmt.Errorf("%s: %q is not inside an object", path, k)
+		}
+		if v, ok = m[k]; !ok {
+			return 0, fmt.Errorf("%s: no %q", path, k)
+		}
+	}
+	x, ok := v.(float64)
+	if !ok {
+		return 0, fmt.Errorf("%s is not a number", path)
+	}
+	return x, nil
+}
+
+// Ours is our number for a bench row from the benchmark's JSON.
+func (r BenchRow) Ours(doc map[string]any) (ours string, ok bool, err error) {
+	x, err := Lookup(doc, r.Value)
+	if err != nil {
+		return "", false, err
+	}
+	return strconv.FormatFloat(x, 'g', 3, 64) + r.Unit, true, nil
+}
+
+// BenchCommand is the command line that runs a benchmark into dir.
+func BenchCommand(name, dir string) string {
+	return fmt.Sprintf("mpsteer bench %s --out %s", name, dir)
 }
 
 // Ours is our number for a row from a run's results, formatted with its
@@ -263,7 +383,10 @@ type Options struct {
 	Dir         string // the runs are Dir/<scenario>/; the page is Dir/index.html
 	ScenarioDir string // where the scenario files are, for the commands (default scenarios)
 	Runs        int    // paired runs per scenario, for the commands
-	// Failed are runs that failed, with why (shown instead of the results).
+	// BenchDir is where the benchmarks' JSON is (default Dir/bench).
+	BenchDir string
+	// Failed are runs that failed, with why (shown instead of the
+	// results); a benchmark's under "bench:NAME".
 	Failed map[string]string
 	Now    time.Time
 }
@@ -290,10 +413,30 @@ type pageExperiment struct {
 	Report     string
 }
 
+type pageBenchRow struct {
+	BenchRow
+	Quote        *Quote
+	Ours, Detail string
+	Have         bool
+}
+
+type pageBench struct {
+	Bench
+	Title      string
+	Command    string
+	Provenance string
+	Ran        bool
+	Failed     string
+	Rows       []pageBenchRow
+	Images     []pageImage
+	JSON       string
+}
+
 type page struct {
 	Generated   string
 	PapersFile  string
 	Experiments []pageExperiment
+	Benches     []pageBench
 	Ran, Total  int
 }
 
@@ -305,7 +448,10 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	pg := page{Generated: o.Now.UTC().Format("2006-01-02 15:04 UTC"), PapersFile: p.File, Total: len(p.Experiments)}
+	if o.BenchDir == "" {
+		o.BenchDir = filepath.Join(o.Dir, "bench")
+	}
+	pg := page{Generated: o.Now.UTC().Format("2006-01-02 15:04 UTC"), PapersFile: p.File, Total: len(p.Experiments) + len(p.Benches)}
 	for _, e := range p.Experiments {
 		dir := filepath.Join(o.Dir, e.Scenario)
 		pe := pageExperiment{Experiment: e, Title: p.Titles[e.Paper], Command: Command(o.ScenarioDir, e.Scenario, o.Dir, o.Runs), Failed: o.Failed[e.Scenario]}
@@ -345,6 +491,13 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 		}
 		pg.Experiments = append(pg.Experiments, pe)
 	}
+	for _, b := range p.Benches {
+		pb := benchPage(p, b, o)
+		if pb.Ran {
+			pg.Ran++
+		}
+		pg.Benches = append(pg.Benches, pb)
+	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return "", err
 	}
@@ -363,6 +516,66 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 		return "", err
 	}
 	return out, os.Rename(tmp, out)
+}
+
+// benchPage reads a benchmark's JSON (with its provenance) for the page.
+func benchPage(p *Papers, b Bench, o Options) pageBench {
+	file := filepath.Join(o.BenchDir, b.Name+".json")
+	pb := pageBench{Bench: b, Title: p.Titles[b.Paper], Command: BenchCommand(b.Name, o.BenchDir), Failed: o.Failed["bench:"+b.Name]}
+	rel := func(f string) string {
+		r, err := filepath.Rel(o.Dir, filepath.Join(o.BenchDir, f))
+		if err != nil {
+			return filepath.Join(o.BenchDir, f)
+		}
+		return filepath.ToSlash(r)
+	}
+	var doc map[string]any
+	data, err := os.ReadFile(file)
+	switch {
+	case os.IsNotExist(err):
+	case err != nil:
+		pb.Failed = err.Error()
+	default:
+		if err := json.Unmarshal(data, &doc); err != nil {
+			pb.Failed = fmt.Sprintf("%s: %v", file, err)
+			doc = nil
+		}
+	}
+	pb.Ran = doc != nil
+	if pb.Ran {
+		pb.JSON = rel(b.Name + ".json")
+		var prov struct {
+			Provenance *provenance.Provenance `json:"provenance"`
+		}
+		if json.Unmarshal(data, &prov) == nil && prov.Provenance != nil {
+			pb.Provenance = prov.Provenance.Summary()
+		}
+		if plots, ok := doc["plots"].([]any); ok {
+			for _, pl := range plots {
+				if f, ok := pl.(string); ok {
+					if _, err := os.Stat(filepath.Join(o.BenchDir, f)); err == nil {
+						pb.Images = append(pb.Images, pageImage{Src: rel(f), Alt: b.Name + " " + f})
+					}
+				}
+			}
+		}
+	}
+	for _, r := range b.Rows {
+		pr := pageBenchRow{BenchRow: r}
+		if q, ok := p.Quotes[r.Quote]; ok {
+			pr.Quote = &q
+		}
+		if pb.Ran {
+			var err error
+			pr.Ours, pr.Have, err = r.Ours(doc)
+			pr.Detail = b.Name + ".json " + r.Value
+			if err != nil {
+				pr.Detail = err.Error()
+			}
+		}
+		pb.Rows = append(pb.Rows, pr)
+	}
+	return pb
 }
 
 var indexTmpl = template.Must(template.New("index").Parse(`<!DOCTYPE html>
@@ -393,6 +606,7 @@ each is a median with its 95% interval and the number of runs (n), failed runs l
 own words, quoted, with the figure or section they come from. Each experiment says the command that runs it alone.</p>
 <nav><ul>
 {{range .Experiments}}<li><a href="#{{.Scenario}}">{{.Scenario}}</a> — {{.Figure}}{{if not .Ran}} <span class="missing">(not run)</span>{{end}}</li>
+{{end}}{{range .Benches}}<li><a href="#bench-{{.Name}}">bench {{.Name}}</a> — {{.Figure}}{{if not .Ran}} <span class="missing">(not run)</span>{{end}}</li>
 {{end}}</ul></nav>
 {{range .Experiments}}
 <section id="{{.Scenario}}">
@@ -410,6 +624,21 @@ own words, quoted, with the figure or section they come from. Each experiment sa
 {{range .Variants}}<a href="{{.Src}}"><img src="{{.Src}}" alt="{{.Alt}}" title="{{.Alt}}"></a>
 {{end}}</details>{{end}}
 {{if .Report}}<p><a href="{{.Report}}">report.md</a> (the run's whole table)</p>{{end}}
+</section>
+{{end}}
+{{range .Benches}}
+<section id="bench-{{.Name}}">
+<h2>bench {{.Name}}</h2>
+<p><em>{{.Title}}</em>, {{.Figure}}.{{if .Setting}} Our set-up: {{.Setting}}.{{end}}</p>
+<p><code>{{.Command}}</code></p>
+{{if .Failed}}<p class="missing">The benchmark failed: {{.Failed}}</p>{{end}}
+{{if .Provenance}}<p>Measured: {{.Provenance}}.</p>{{end}}
+<table>
+<tr><th>what</th><th>paper</th><th>ours</th><th>from</th></tr>
+{{range .Rows}}<tr><td>{{.What}}</td><td class="says">{{with .Quote}}“{{.Says}}” ({{.Where}})<blockquote>“{{.Text}}”</blockquote>{{else}}<em>{{.Note}}</em>{{end}}</td>{{if .Have}}<td class="num"><strong>{{.Ours}}</strong></td><td>{{.Detail}}</td>{{else}}<td class="num missing">–</td><td class="missing">{{if .Detail}}{{.Detail}}{{else}}not run{{end}}</td>{{end}}</tr>
+{{end}}</table>
+{{range .Images}}<p><a href="{{.Src}}"><img class="fig" src="{{.Src}}" alt="{{.Alt}}"></a></p>
+{{end}}{{if .JSON}}<p><a href="{{.JSON}}">{{.Name}}.json</a> (every figure, with its provenance)</p>{{end}}
 </section>
 {{end}}
 </body>

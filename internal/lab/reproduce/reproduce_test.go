@@ -59,17 +59,22 @@ func mustRead(t *testing.T, f string) []byte {
 func TestPapersErrorsNameTheKey(t *testing.T) {
 	head := "papers: {a: \"A paper\", b: \"B paper\"}\nquotes:\n  qa: {paper: a, where: \"Fig. 1\", says: \"by up to 5%\", quote: \"It helps by up to 5% here.\"}\n  qb: {paper: b, where: \"§2\", says: \"twice\", quote: \"It is twice as fast.\"}\nexperiments:\n"
 	cases := map[string]string{
-		"  - {scenario: x, paper: c, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}":               `p.yaml:6: experiments[0].paper: unknown paper "c" (valid: a, b)`,
-		"  - {scenario: ../x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}":            `experiments[0].scenario: "../x" is not a scenario name`,
-		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: Goodput!, variant: v}]}":                   `experiments[0].rows[0].metric: "Goodput!" is not a metric`,
-		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v, as: ratio}]}":    `experiments[0].rows[0].as: ratio needs a baseline variant`,
-		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v, as: percent}]}":  `experiments[0].rows[0].as: "percent" is not valid (valid: value, ratio, change)`,
-		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, metric: goodput_mbit, variant: v}]}":                          `experiments[0].rows[0].quote: missing: the id of the paper's quote beside this number, or a note`,
-		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qz, metric: goodput_mbit, variant: v}]}":               `experiments[0].rows[0].quote: unknown quote "qz"`,
-		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qb, metric: goodput_mbit, variant: v}]}":               `experiments[0].rows[0].quote: qb is a quote of b, not of this experiment's paper a`,
-		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v, colour: blue}]}": `experiments[0].rows[0].colour: unknown key "colour"`,
-		"  - {scenario: x, paper: a, figure: f, rows: []}":                                                                     `experiments[0].rows: an experiment needs at least one row`,
-		"  - {scenario: x, paper: a, rows: [{what: w, note: n, metric: goodput_mbit, variant: v}]}":                            `experiments[0].figure: missing`,
+		"  - {scenario: x, paper: c, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}":                                                                                                  `p.yaml:6: experiments[0].paper: unknown paper "c" (valid: a, b)`,
+		"  - {scenario: ../x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}":                                                                                               `experiments[0].scenario: "../x" is not a scenario name`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: Goodput!, variant: v}]}":                                                                                                      `experiments[0].rows[0].metric: "Goodput!" is not a metric`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v, as: ratio}]}":                                                                                       `experiments[0].rows[0].as: ratio needs a baseline variant`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v, as: percent}]}":                                                                                     `experiments[0].rows[0].as: "percent" is not valid (valid: value, ratio, change)`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, metric: goodput_mbit, variant: v}]}":                                                                                                             `experiments[0].rows[0].quote: missing: the id of the paper's quote beside this number, or a note`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qz, metric: goodput_mbit, variant: v}]}":                                                                                                  `experiments[0].rows[0].quote: unknown quote "qz"`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qb, metric: goodput_mbit, variant: v}]}":                                                                                                  `experiments[0].rows[0].quote: qb is a quote of b, not of this experiment's paper a`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v, colour: blue}]}":                                                                                    `experiments[0].rows[0].colour: unknown key "colour"`,
+		"  - {scenario: x, paper: a, figure: f, rows: []}":                                                                                                                                                        `experiments[0].rows: an experiment needs at least one row`,
+		"  - {scenario: x, paper: a, rows: [{what: w, note: n, metric: goodput_mbit, variant: v}]}":                                                                                                               `experiments[0].figure: missing`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}\nbenches:\n  - {bench: Over head, paper: a, figure: f, rows: [{what: w, quote: qa, value: a.b}]}": `benches[0].bench: "Over head" is not a benchmark's name`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}\nbenches:\n  - {bench: o, paper: a, figure: f, rows: [{what: w, quote: qb, value: a.b}]}":         `benches[0].rows[0].quote: qb is a quote of b, not of this bench's paper a`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}\nbenches:\n  - {bench: o, paper: a, figure: f, rows: [{what: w, quote: qa, value: \"a[0]\"}]}":    `benches[0].rows[0].value: "a[0]" is not a path in the benchmark's JSON`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}\nbenches:\n  - {bench: o, paper: a, figure: f, rows: []}":                                         `benches[0].rows: a bench needs at least one row`,
+		"  - {scenario: x, paper: a, figure: f, rows: [{what: w, quote: qa, metric: goodput_mbit, variant: v}]}\nbenches:\n  - {bench: o, paper: a, figure: f, rows: [{what: w, value: a}]}":                      `benches[0].rows[0].quote: missing`,
 	}
 	for src, want := range cases {
 		_, err := reproduce.Parse("p.yaml", []byte(head+src))
@@ -183,6 +188,19 @@ experiments:
     figure: Fig. 7a
     rows:
       - {what: spread against default MPTCP, quote: bg0, metric: goodput_mbit, variant: mptcp+spread, baseline: mptcp}
+benches:
+  - bench: overhead
+    paper: emptcp
+    figure: Figs. 5b and 5c
+    setting: veth links
+    rows:
+      - {what: the largest share, quote: fct, value: summary.length_share_pct_max, unit: "%"}
+      - {what: a figure the file lacks, note: "none", value: summary.nothing}
+  - bench: rate
+    paper: emptcp
+    figure: nowhere
+    rows:
+      - {what: never run, note: "none", value: x}
 `
 	p, err := reproduce.Parse("papers.yaml", []byte(src))
 	if err != nil {
@@ -199,7 +217,16 @@ experiments:
 	}
 	html := string(mustRead(t, out))
 	for _, want := range []string{
-		"2 of 4 experiments have results here",
+		"3 of 6 experiments have results here",
+		// A benchmark's figures, provenance and plots (the one that exists).
+		`<code>mpsteer bench overhead --out ` + filepath.Join(dir, "bench") + `</code>`,
+		`<a href="#bench-overhead">bench overhead</a> — Figs. 5b and 5c</li>`,
+		`<a href="#bench-rate">bench rate</a> — nowhere <span class="missing">(not run)</span>`,
+		`<strong>1.23%</strong></td><td>overhead.json summary.length_share_pct_max</td>`,
+		`summary.nothing: no &#34;nothing&#34;`,
+		`Measured: commit abc1234, kernel 6.18.44, 2026-11-27.`,
+		`<img class="fig" src="bench/overhead-length.png"`,
+		`<a href="bench/overhead.json">overhead.json</a>`,
 		`<code>mpsteer lab run scenarios/asym-2-bandwidth.yaml --out ` + filepath.Join(dir, "asym-2-bandwidth") + `</code>`,
 		`Our set-up: a shortened run.`,
 		`Measured: commit abc1234, kernel 6.18.44, 2026-11-26.`,
@@ -226,6 +253,9 @@ experiments:
 		if !strings.Contains(html, want) {
 			t.Errorf("index.html lacks %q", want)
 		}
+	}
+	if strings.Contains(html, "overhead-missing.png") {
+		t.Error("a plot the benchmark lists but did not write")
 	}
 	if strings.Contains(html, "fct_cdf.png") && !strings.Contains(html, "incremental-short/fct_cdf.png") {
 		t.Error("a figure from the wrong run")

@@ -159,6 +159,7 @@ loop:
 		r.linkShares(sum, emu.Links)
 	}
 	r.floodMetrics(sum, samples)
+	r.lossMetrics(sum, samples)
 	if daemonInfo != nil {
 		sum.Daemon = daemonInfo
 	}

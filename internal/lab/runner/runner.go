@@ -181,6 +181,8 @@ func runAttempt(ctx context.Context, s *scenario.Scenario, v *scenario.Variant, 
 func describe(s *scenario.Scenario, v *scenario.Variant) string {
 	over := strings.Join(v.Paths, ", ")
 	switch {
+	case s.Tenants != nil && len(s.Tenants.Pairs) > 1:
+		over = fmt.Sprintf("%d VM pairs (%s to %s, …)", len(s.Tenants.Pairs), s.Tenants.Client, s.Tenants.Server)
 	case s.Tenants != nil:
 		over = fmt.Sprintf("VM %s to VM %s", s.Tenants.Client, s.Tenants.Server)
 	case len(v.BestOf) > 0:

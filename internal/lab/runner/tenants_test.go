@@ -72,3 +72,49 @@ func TestLabRunTenants(t *testing.T) {
 		t.Fatalf("namespaces left after the run: %v", left)
 	}
 }
+
+// Two measured pairs share the hypervisors' default link: the run's
+// goodput is both pairs' bytes, about the link's rate, where one pair alone
+// would be counted at about half of it.
+const tenantsPairsRun = `
+name: tenants-pairs-short
+tenants:
+  links:
+    - {name: phy1, rate: 20mbit, delay: 1ms}
+    - {name: phy2, rate: 20mbit, delay: 1ms}
+  vms:
+    - {name: vm1, on: hv1}
+    - {name: vm2, on: hv2}
+    - {name: vm3, on: hv1}
+    - {name: vm4, on: hv2}
+  measure: {subflows: 2, pairs: [{client: vm1, server: vm2}, {client: vm3, server: vm4}]}
+traffic:
+  - {type: bulk, duration: 3s}
+variants:
+  - mptcp
+`
+
+func TestLabRunTenantsPairs(t *testing.T) {
+	testutil.RequireLab(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	name := fmt.Sprintf("t%d-tp", os.Getpid()%100000)
+	cmd := exec.Command(testutil.Binary(t), "lab", "run", writeFile(t, dir, "tenants.yaml", tenantsPairsRun), "--out", out, "--name", name)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lab run: %v\n%s", err, b)
+	}
+	sum, err := report.ReadSummary(filepath.Join(out, "mptcp", "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("two pairs over one 20 Mbit/s link: %.1f Mbit/s", sum.GoodputMbit)
+	if !sum.MPTCPUsed || len(sum.Errors) > 0 {
+		t.Errorf("summary %+v", sum)
+	}
+	if sum.GoodputMbit < 15 || sum.GoodputMbit > 21 {
+		t.Errorf("goodput %.1f Mbit/s; want the two pairs' sum, about the link's 20 Mbit/s", sum.GoodputMbit)
+	}
+	if left, _ := netnsutil.List(world.NSPrefix + name + "-"); len(left) > 0 {
+		t.Fatalf("namespaces left after the run: %v", left)
+	}
+}

@@ -2,16 +2,17 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/traffic"
-	"mpsteer/internal/lab/world"
 )
 
-// The traffic generators of a run: the measured pair's bulk transfers and
+// The traffic generators of a run: the measured pairs' bulk transfers and
 // short flows (their received bytes are the run's goodput), other
 // tenants' background, and UDP floods.
 
@@ -38,24 +39,106 @@ func (r *variantRun) meter(m *traffic.Meter) {
 	r.meters = append(r.meters, m)
 }
 
-func (r *variantRun) runTraffic(ctx context.Context, i int, t scenario.Traffic) error {
-	clientNS := r.w.Host(r.w.ClientRole()).NetNS
-	serverNS := r.w.Host(r.w.ServerRole()).NetNS
-	if t.Competitor {
-		return r.runCompetitor(ctx, i, t, clientNS, serverNS)
-	}
+// ends is one pair of hosts a traffic entry runs between.
+type ends struct {
+	clientNS, serverNS     string
+	clientAddr, serverAddr netip.Addr
+}
+
+// endsOf are the host pairs of a traffic entry: the client and the server,
+// or in a tenants world its VM pairs (every measured pair when it names
+// none).
+func (r *variantRun) endsOf(t scenario.Traffic) ([]ends, error) {
 	first := r.w.Paths[0]
-	serverAddr := first.Server.Addr
-	// In a tenants world only the measured pair's traffic is counted:
+	if r.w.Tenants == nil {
+		return []ends{{r.w.Host(r.w.ClientRole()).NetNS, r.w.Host(r.w.ServerRole()).NetNS, first.Client.Addr, first.Server.Addr}}, nil
+	}
+	var out []ends
+	for _, pr := range t.Pairs(r.s) {
+		cv, sv := r.w.Tenants.VM(pr[0]), r.w.Tenants.VM(pr[1])
+		if cv == nil || sv == nil {
+			return nil, fmt.Errorf("VM pair %s, %s is not in this world", pr[0], pr[1])
+		}
+		out = append(out, ends{cv.NetNS, sv.NetNS, cv.Addr, sv.Addr})
+	}
+	return out, nil
+}
+
+// runTraffic runs one traffic entry, between each of its host pairs at
+// once (several in a tenants world with several measured pairs).
+func (r *variantRun) runTraffic(ctx context.Context, i int, t scenario.Traffic) error {
+	if t.Competitor {
+		return r.runCompetitor(ctx, i, t, r.w.Host(r.w.ClientRole()).NetNS, r.w.Host(r.w.ServerRole()).NetNS)
+	}
+	// In a tenants world only the measured pairs' traffic is counted:
 	// other tenants' pairs are background.
 	measured := t.Measured(r.s)
-	if !measured {
-		cv, sv := r.w.Tenants.VM(t.Pair[0]), r.w.Tenants.VM(t.Pair[1])
-		if cv == nil || sv == nil {
-			return fmt.Errorf("VM pair %s, %s is not in this world", t.Pair[0], t.Pair[1])
-		}
-		clientNS, serverNS, serverAddr = cv.NetNS, sv.NetNS, sv.Addr
+	all, err := r.endsOf(t)
+	if err != nil {
+		return err
 	}
+	if len(all) == 1 {
+		res, err := r.runBetween(ctx, i, t, all[0], measured)
+		r.keep(t, measured, res)
+		return err
+	}
+	var wg sync.WaitGroup
+	results := make([]trafficResult, len(all))
+	errs := make([]error, len(all))
+	for k, e := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[k], errs[k] = r.runBetween(ctx, i, t, e, measured)
+			if errs[k] != nil {
+				errs[k] = fmt.Errorf("pair %d: %w", k+1, errs[k])
+			}
+		}()
+	}
+	wg.Wait()
+	// One transfer of all the pairs: from the first start to the last
+	// byte, every pair's bytes.
+	var sum trafficResult
+	for k, res := range results {
+		sum.flows = append(sum.flows, res.flows...)
+		if b := res.bulk; b != nil {
+			if sum.bulk == nil {
+				sum.bulk = &traffic.BulkResult{Start: b.Start, MPTCP: true}
+			}
+			sum.bulk.Start = min(sum.bulk.Start, b.Start)
+			sum.bulk.LastByte = max(sum.bulk.LastByte, b.LastByte)
+			sum.bulk.Bytes += b.Bytes
+			sum.bulk.MPTCP = sum.bulk.MPTCP && b.MPTCP
+		} else if t.Kind == scenario.Bulk && errs[k] == nil {
+			errs[k] = fmt.Errorf("pair %d: no result", k+1)
+		}
+	}
+	r.keep(t, measured, sum)
+	return errors.Join(errs...)
+}
+
+// trafficResult is what a generator measured.
+type trafficResult struct {
+	bulk  *traffic.BulkResult
+	flows []traffic.FlowResult
+}
+
+// keep records the measured traffic's results for the summary.
+func (r *variantRun) keep(t scenario.Traffic, measured bool, res trafficResult) {
+	if !measured {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if res.bulk != nil {
+		r.bulk = res.bulk
+	}
+	r.flows = append(r.flows, res.flows...)
+}
+
+// runBetween runs the generator between one pair of hosts.
+func (r *variantRun) runBetween(ctx context.Context, i int, t scenario.Traffic, e ends, measured bool) (trafficResult, error) {
+	var out trafficResult
 	meter := func(m *traffic.Meter) {
 		if measured {
 			r.meter(m)
@@ -72,58 +155,48 @@ func (r *variantRun) runTraffic(ctx context.Context, i int, t scenario.Traffic) 
 	}
 	switch t.Kind {
 	case scenario.Bulk:
-		b := &traffic.Bulk{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(serverAddr, port),
+		b := &traffic.Bulk{ClientNS: e.clientNS, ServerNS: e.serverNS, Server: netip.AddrPortFrom(e.serverAddr, port),
 			Proto: r.proto(), Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams}
 		meter(&b.Meter)
 		if err := wait(t.Start); err != nil {
-			return err
+			return out, err
 		}
 		res, err := b.Run(ctx)
-		if measured {
-			r.mu.Lock()
-			r.bulk = &res
-			r.mu.Unlock()
-		}
+		out.bulk = &res
 		if err != nil && ctx.Err() == nil && t.Duration > 0 && res.LastByte > res.Start {
-			return fmt.Errorf("did not finish (%.1f of %.0f s): %w", (res.LastByte - res.Start).Seconds(), t.Duration.Seconds(), err)
+			return out, fmt.Errorf("did not finish (%.1f of %.0f s): %w", (res.LastByte - res.Start).Seconds(), t.Duration.Seconds(), err)
 		}
-		return err
+		return out, err
 	case scenario.Flows:
-		f := &traffic.Flows{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(serverAddr, port),
+		f := &traffic.Flows{ClientNS: e.clientNS, ServerNS: e.serverNS, Server: netip.AddrPortFrom(e.serverAddr, port),
 			Proto: r.proto(), Upload: t.Upload, Count: t.Count, Interval: t.Interval, Weights: t.Weights, Seed: r.s.Seed + uint64(i)}
 		for _, sz := range t.Sizes {
 			f.Sizes = append(f.Sizes, int64(sz))
 		}
 		meter(&f.Meter)
 		if err := wait(t.Start); err != nil {
-			return err
+			return out, err
 		}
 		res, err := f.Run(ctx)
-		if measured {
-			r.mu.Lock()
-			r.flows = append(r.flows, res...)
-			r.mu.Unlock()
-		}
-		return err
+		out.flows = res
+		return out, err
 	case scenario.UDPFlood:
-		var p *world.PathInfo
-		if r.w.Tenants != nil {
-			// Between the pair's VMs.
-			p = &world.PathInfo{Client: world.PathEnd{Addr: r.w.Tenants.VM(r.w.ClientRole()).Addr}, Server: world.PathEnd{Addr: serverAddr}}
-			if !measured {
-				p.Client.Addr = r.w.Tenants.VM(t.Pair[0]).Addr
+		src, dst := e.clientAddr, e.serverAddr
+		if r.w.Tenants == nil {
+			p := r.w.Path(t.Path)
+			if p == nil {
+				return out, nil // the path is not part of this variant
 			}
-		} else if p = r.w.Path(t.Path); p == nil {
-			return nil // the path is not part of this variant
+			src, dst = p.Client.Addr, p.Server.Addr
 		}
-		fl := &traffic.Flood{FromNS: clientNS, ToNS: serverNS, Src: p.Client.Addr, Dst: p.Server.Addr,
+		fl := &traffic.Flood{FromNS: e.clientNS, ToNS: e.serverNS, Src: src, Dst: dst,
 			Rate: t.Rate, Start: r.t0 + t.Start, Stop: r.t0 + t.Stop}
 		if !t.Upload {
-			fl.FromNS, fl.ToNS, fl.Src, fl.Dst = serverNS, clientNS, p.Server.Addr, p.Client.Addr
+			fl.FromNS, fl.ToNS, fl.Src, fl.Dst = e.serverNS, e.clientNS, dst, src
 		}
-		return fl.Run(ctx)
+		return out, fl.Run(ctx)
 	}
-	return fmt.Errorf("unknown traffic type %q", t.Kind)
+	return out, fmt.Errorf("unknown traffic type %q", t.Kind)
 }
 
 // competitorPort is the server port of traffic entry i when it is a

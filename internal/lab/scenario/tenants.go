@@ -10,8 +10,9 @@ import (
 
 // Tenants is a multi-tenant cloud world (instead of paths and a core): two
 // hypervisors joined by several physical links, tenant VMs behind a bridge
-// or veths in each hypervisor, one VM pair whose transfer is measured,
-// and other tenants' VM pairs that make background traffic.
+// or veths in each hypervisor, the VM pairs whose transfers are measured
+// (one, or several whose goodput is summed), and other tenants' VM pairs
+// that make background traffic.
 type Tenants struct {
 	// Hypervisors are the two hypervisors' names (host roles).
 	Hypervisors [2]string
@@ -23,10 +24,15 @@ type Tenants struct {
 	// hypervisors' default routes.
 	Links []CoreLink
 	VMs   []VM
-	// Client and Server are the measured VM pair.
+	// Client and Server are the measured VM pair (the first of Pairs):
+	// the one whose sockets the run records.
 	Client, Server string
-	// Subflows is how many subflows the measured pair's MPTCP connections
-	// have: the server VM announces its one address on Subflows-1 more
+	// Pairs are every measured pair, client then server VM; traffic
+	// without a pair runs between each of them, and their goodput is
+	// summed.
+	Pairs [][2]string
+	// Subflows is how many subflows the measured pairs' MPTCP connections
+	// have: each server VM announces its one address on Subflows-1 more
 	// ports (kernel path manager signal endpoints with a port), and the
 	// client VM's kernel path manager opens a subflow to each.
 	Subflows int
@@ -51,6 +57,10 @@ const (
 	MaxTenantLinks    = 16
 	MaxVMsPerHost     = 250
 	MaxTenantSubflows = 8
+	// MaxMeasuredPairs: every measured VM is a namespace with its own
+	// traffic generator goroutines; 64 pairs (128 VMs) is well beyond
+	// what a 2-core machine runs faithfully.
+	MaxMeasuredPairs = 64
 )
 
 // BridgeName is the hypervisors' bridge with attach: bridge.
@@ -201,29 +211,97 @@ func parseTenants(m *yamlcfg.Map, dir string) *Tenants {
 	ms := m.Map("measure")
 	if ms == nil {
 		if !m.Failed("measure") {
-			m.Errorf("measure", "name the measured VM pair, e.g. measure: {client: vm1, server: vm2}")
+			m.Errorf("measure", "name the measured VM pair, e.g. measure: {client: vm1, server: vm2}, or pairs: measure: {pairs: [[vm1, vm2], [vm3, vm4]]}")
 		}
 	} else {
-		t.Client = ms.String("client", "")
-		t.Server = ms.String("server", "")
-		for _, k := range []string{"client", "server"} {
-			n := map[string]string{"client": t.Client, "server": t.Server}[k]
-			switch {
-			case ms.Failed(k):
-			case n == "":
-				ms.Errorf(k, "name the measured pair's %s VM", k)
-			case t.VM(n) == nil:
-				ms.Errorf(k, "%q is not a VM (VMs: %s)", n, strings.Join(t.VMNames(), ", "))
-			}
-		}
-		if t.Client != "" && t.Client == t.Server {
-			ms.Errorf("server", "the measured pair needs two VMs, not %s twice", t.Client)
-		}
+		t.parseMeasure(ms)
 		t.Subflows = ms.Int("subflows", 1, 1, MaxTenantSubflows)
 		ms.Done()
 	}
 	m.Done()
 	return t
+}
+
+// parseMeasure reads the measured pairs: client and server (one pair), or
+// pairs, a list of {client, server}.
+func (t *Tenants) parseMeasure(ms *yamlcfg.Map) {
+	if ms.Has("pairs") {
+		if ms.Has("client") || ms.Has("server") {
+			ms.Errorf("pairs", "give either client and server (one measured pair) or pairs (several), not both")
+			return
+		}
+		items := ms.List("pairs")
+		switch {
+		case ms.Failed("pairs"):
+			return
+		case len(items) == 0:
+			ms.Errorf("pairs", "pairs is a list of measured VM pairs, e.g. pairs: [{client: vm1, server: vm2}, {client: vm3, server: vm4}]")
+			return
+		case len(items) > MaxMeasuredPairs:
+			ms.Errorf("pairs", "%d measured pairs; at most %d are supported", len(items), MaxMeasuredPairs)
+			return
+		}
+		used := map[string]int{} // VM → its pair (1-based)
+		for i, it := range items {
+			if it.Map == nil {
+				ms.ErrorAt(it.Node, it.Path, "a measured pair is a mapping {client: VM, server: VM}")
+				continue
+			}
+			if p, ok := t.parseOnePair(it.Map); ok {
+				dup := false
+				for k, n := range map[string]string{"client": p[0], "server": p[1]} {
+					if j := used[n]; j > 0 {
+						it.Map.Errorf(k, "%s is in pair %d already; each measured VM is in one pair", n, j)
+						dup = true
+					}
+					used[n] = i + 1
+				}
+				if !dup {
+					t.Pairs = append(t.Pairs, p)
+				}
+			}
+			it.Map.Done()
+		}
+	} else if p, ok := t.parseOnePair(ms); ok {
+		t.Pairs = [][2]string{p}
+	}
+	if len(t.Pairs) > 0 {
+		t.Client, t.Server = t.Pairs[0][0], t.Pairs[0][1]
+	}
+}
+
+// parseOnePair reads {client: VM, server: VM}.
+func (t *Tenants) parseOnePair(ms *yamlcfg.Map) (p [2]string, ok bool) {
+	p = [2]string{ms.String("client", ""), ms.String("server", "")}
+	ok = true
+	for i, k := range []string{"client", "server"} {
+		switch n := p[i]; {
+		case ms.Failed(k):
+			ok = false
+		case n == "":
+			ms.Errorf(k, "name the measured pair's %s VM", k)
+			ok = false
+		case t.VM(n) == nil:
+			ms.Errorf(k, "%q is not a VM (VMs: %s)", n, strings.Join(t.VMNames(), ", "))
+			ok = false
+		}
+	}
+	if ok && p[0] == p[1] {
+		ms.Errorf("server", "the measured pair needs two VMs, not %s twice", p[0])
+		ok = false
+	}
+	return p, ok
+}
+
+// MeasuredPair reports whether client → server is one of the measured
+// pairs.
+func (t *Tenants) MeasuredPair(p [2]string) bool {
+	for _, q := range t.Pairs {
+		if q == p {
+			return true
+		}
+	}
+	return false
 }
 
 // parsePair reads a traffic entry's VM pair (default: the measured pair).
@@ -256,18 +334,34 @@ func parsePair(t *yamlcfg.Map, tn *Tenants) [2]string {
 	return [2]string{}
 }
 
-// Measured reports whether the traffic runs between the measured pair
+// Measured reports whether the traffic runs between measured pairs
 // (always so without tenants, but for competitors: competitor.go).
 func (t Traffic) Measured(s *Scenario) bool {
 	if t.Competitor {
 		return false
 	}
-	if s.Tenants == nil {
+	if s.Tenants == nil || t.AllPairs {
 		return true
 	}
-	return t.Pair == [2]string{s.Tenants.Client, s.Tenants.Server}
+	return s.Tenants.MeasuredPair(t.Pair)
+}
+
+// Pairs are the VM pairs a tenants world's traffic entry runs between:
+// every measured pair when it names none, else its own.
+func (t Traffic) Pairs(s *Scenario) [][2]string {
+	if s.Tenants == nil {
+		return nil
+	}
+	if t.AllPairs {
+		return s.Tenants.Pairs
+	}
+	return [][2]string{t.Pair}
 }
 
 func (t *Tenants) String() string {
-	return fmt.Sprintf("%d VMs on %s and %s, %d links", len(t.VMs), t.Hypervisors[0], t.Hypervisors[1], len(t.Links))
+	pairs := ""
+	if len(t.Pairs) > 1 {
+		pairs = fmt.Sprintf(", %d measured pairs", len(t.Pairs))
+	}
+	return fmt.Sprintf("%d VMs on %s and %s, %d links%s", len(t.VMs), t.Hypervisors[0], t.Hypervisors[1], len(t.Links), pairs)
 }

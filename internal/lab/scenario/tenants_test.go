@@ -67,6 +67,49 @@ func TestParseTenants(t *testing.T) {
 	}
 }
 
+// Several measured pairs: traffic without a pair runs between each, and
+// naming one of them is measured too.
+func TestParseTenantsPairs(t *testing.T) {
+	s, err := Load(writeScenario(t, `
+tenants:
+  links: [{name: phy1, rate: 100mbit}, {name: phy2, rate: 100mbit}]
+  vms:
+    - {name: vm1, on: hv1}
+    - {name: vm2, on: hv2}
+    - {name: vm3, on: hv1}
+    - {name: vm4, on: hv2}
+    - {name: bg1, on: hv1}
+    - {name: bg2, on: hv2}
+  measure:
+    subflows: 2
+    pairs:
+      - {client: vm1, server: vm2}
+      - {client: vm3, server: vm4}
+traffic:
+  - {type: bulk, duration: 5s}
+  - {type: bulk, duration: 5s, pair: [vm3, vm4]}
+  - {type: bulk, duration: 5s, pair: [bg1, bg2]}
+variants: [mptcp]
+`, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := s.Tenants
+	if tn.Client != "vm1" || tn.Server != "vm2" || tn.Subflows != 2 || !slices.Equal(tn.Pairs, [][2]string{{"vm1", "vm2"}, {"vm3", "vm4"}}) {
+		t.Fatalf("tenants %+v", tn)
+	}
+	tr := s.Traffic
+	if !tr[0].Measured(s) || !slices.Equal(tr[0].Pairs(s), tn.Pairs) {
+		t.Errorf("traffic without a pair: measured %v, pairs %v; want every measured pair", tr[0].Measured(s), tr[0].Pairs(s))
+	}
+	if !tr[1].Measured(s) || !slices.Equal(tr[1].Pairs(s), [][2]string{{"vm3", "vm4"}}) {
+		t.Errorf("traffic of the second measured pair: measured %v, pairs %v", tr[1].Measured(s), tr[1].Pairs(s))
+	}
+	if tr[2].Measured(s) || !slices.Equal(tr[2].Pairs(s), [][2]string{{"bg1", "bg2"}}) {
+		t.Errorf("background traffic: measured %v, pairs %v", tr[2].Measured(s), tr[2].Pairs(s))
+	}
+}
+
 func TestTenantsErrors(t *testing.T) {
 	const links = "  links: [{name: phy1, rate: 10mbit}, {name: phy2, rate: 10mbit}]\n"
 	const vms = "  vms: [{name: vm1, on: hv1}, {name: vm2, on: hv2}]\n"
@@ -94,6 +137,13 @@ func TestTenantsErrors(t *testing.T) {
 		{"measure unknown VM", "tenants:\n" + links + vms + "  measure: {client: vm1, server: vm9}\n", `s.yaml:4: tenants.measure.server: "vm9" is not a VM (VMs: vm1, vm2)`},
 		{"measure one VM", "tenants:\n" + links + vms + "  measure: {client: vm1, server: vm1}\n", `s.yaml:4: tenants.measure.server: the measured pair needs two VMs`},
 		{"too many subflows", "tenants:\n" + links + vms + "  measure: {client: vm1, server: vm2, subflows: 9}\n", `s.yaml:4: tenants.measure.subflows: "9" is not valid`},
+		{"pairs and client", "tenants:\n" + links + vms + "  measure: {client: vm1, pairs: [{client: vm1, server: vm2}]}\n", `s.yaml:4: tenants.measure.pairs: give either client and server (one measured pair) or pairs (several), not both`},
+		{"pairs empty", "tenants:\n" + links + vms + "  measure: {pairs: []}\n", `s.yaml:4: tenants.measure.pairs: pairs is a list of measured VM pairs`},
+		{"pair a list", "tenants:\n" + links + vms + "  measure: {pairs: [vm1, vm2]}\n", `s.yaml:4: tenants.measure.pairs[0]: a measured pair is a mapping {client: VM, server: VM}`},
+		{"pairs unknown VM", "tenants:\n" + links + vms + "  measure: {pairs: [{client: vm1, server: vm3}]}\n", `s.yaml:4: tenants.measure.pairs[0].server: "vm3" is not a VM (VMs: vm1, vm2)`},
+		{"pairs share a VM", "tenants:\n" + links + "  vms: [{name: vm1, on: hv1}, {name: vm2, on: hv2}, {name: vm3, on: hv1}]\n  measure: {pairs: [{client: vm1, server: vm2}, {client: vm3, server: vm2}]}\n",
+			`s.yaml:4: tenants.measure.pairs[1].server: vm2 is in pair 1 already; each measured VM is in one pair`},
+		{"pairs bad key", "tenants:\n" + links + vms + "  measure: {pairs: [{client: vm1, server: vm2, via: phy1}]}\n", `s.yaml:4: tenants.measure.pairs[0].via: unknown key "via"`},
 		{"attach unknown", "tenants:\n  attach: macvlan\n" + links + vms + measure, `s.yaml:2: tenants.attach: "macvlan" is not valid (valid: bridge, veth)`},
 		{"flood on a path", ok + "  - {type: udp-flood, path: a, from: 0s, to: 1s, rate: 1mbit}\n", `s.yaml:7: traffic[1].path: a tenants world has no paths`},
 		{"pair of one", ok + "  - {type: bulk, duration: 1s, pair: [vm1]}\n", `s.yaml:7: traffic[1].pair: a pair is two VMs`},

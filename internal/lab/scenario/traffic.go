@@ -40,11 +40,13 @@ type Traffic struct {
 	// path it crosses.
 	Path string
 	// Pair is the client and server VM of a tenants world (default: the
-	// measured pair).
-	Pair [2]string
-	Stop time.Duration
-	Rate units.Rate
-	Line int
+	// first measured pair); AllPairs: none was given, so the traffic runs
+	// between every measured pair (Pairs).
+	Pair     [2]string
+	AllPairs bool
+	Stop     time.Duration
+	Rate     units.Rate
+	Line     int
 }
 
 // End is when the generator stops (0 = unknown, size-bound).
@@ -65,6 +67,7 @@ func (t Traffic) End() time.Duration {
 func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 	tr := Traffic{Line: t.Line()}
 	tr.Pair = parsePair(t, tn)
+	tr.AllPairs = tn != nil && !t.Has("pair")
 	tr.Kind = TrafficKind(t.Enum("type", "", string(Bulk), string(Flows), string(UDPFlood)))
 	if tr.Kind == "" && !t.Has("type") {
 		t.Errorf("type", "every traffic entry needs a type (valid: bulk, flows, udp-flood)")

@@ -34,11 +34,13 @@ type TenantsInfo struct {
 	Attach      string       `json:"attach"`
 	Links       []TenantLink `json:"links"`
 	VMs         []VMInfo     `json:"vms"`
-	// Client and Server are the measured pair; Subflows the subflows its
-	// MPTCP connections get.
-	Client   string `json:"client"`
-	Server   string `json:"server"`
-	Subflows int    `json:"subflows"`
+	// Client and Server are the measured pair whose sockets are recorded
+	// (the first of Pairs); Pairs every measured pair; Subflows the
+	// subflows their MPTCP connections get.
+	Client   string      `json:"client"`
+	Server   string      `json:"server"`
+	Pairs    [][2]string `json:"pairs,omitempty"`
+	Subflows int         `json:"subflows"`
 }
 
 // TenantLink is one physical link between the hypervisors.
@@ -78,7 +80,7 @@ type EndpointPlan struct {
 	flags pm.Flags
 }
 
-// AnnouncePortBase is the first port the measured server VM announces
+// AnnouncePortBase is the first port each measured server VM announces
 // its address on (subflows > 1): 5301, 5302, …
 const AnnouncePortBase = 5301
 
@@ -128,6 +130,13 @@ func newTenantsPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Pl
 	t := s.Tenants
 	p := &Plan{Name: name, Scenario: s.File, Variant: v.Name, Kind: string(v.Kind), Seed: s.Seed, Mptcpd: v.Mptcpd}
 	ti := &TenantsInfo{Hypervisors: t.Hypervisors, Attach: t.Attach, Client: t.Client, Server: t.Server, Subflows: t.Subflows}
+	if len(t.Pairs) > 1 {
+		ti.Pairs = t.Pairs
+	}
+	clients, servers := map[string]bool{}, map[string]bool{}
+	for _, pr := range t.Pairs {
+		clients[pr[0]], servers[pr[1]] = true, true
+	}
 	if v.Kind == scenario.KindTCP {
 		ti.Subflows = 1
 	}
@@ -137,9 +146,9 @@ func newTenantsPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Pl
 	}
 	pmOf := func(vm string) string {
 		switch {
-		case vm == t.Client && (v.PathManager["client"] == scenario.PMUserspace || v.Mptcpd != ""):
+		case clients[vm] && (v.PathManager["client"] == scenario.PMUserspace || v.Mptcpd != ""):
 			return scenario.PMUserspace
-		case vm == t.Server && v.PathManager["server"] == scenario.PMUserspace:
+		case servers[vm] && v.PathManager["server"] == scenario.PMUserspace:
 			return scenario.PMUserspace
 		}
 		return scenario.PMKernel
@@ -224,11 +233,17 @@ func newTenantsPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Pl
 		Client: PathEnd{Dev: VMDev, Addr: cli.Addr}, Server: PathEnd{Dev: VMDev, Addr: srv.Addr}}}
 	if v.Kind == scenario.KindMPTCP {
 		// Every VM may use what its peer announces; only the measured
-		// server announces anything (its address on more ports).
+		// servers announce anything (each its address on more ports).
 		p.Limits = pm.Limits{AddAddrAccepted: MaxEndpoints, Subflows: MaxEndpoints}
-		for i := 1; i < ti.Subflows; i++ {
-			p.Endpoints = append(p.Endpoints, EndpointPlan{Host: srv.Name, Dev: VMDev, Addr: srv.Addr, Port: uint16(AnnouncePortBase + i - 1),
-				Flags: pm.FlagSignal.String(), flags: pm.FlagSignal})
+		for _, pr := range t.Pairs {
+			sv := ti.VM(pr[1])
+			if sv == nil {
+				return nil, fmt.Errorf("the measured pair %s, %s is not among the VMs", pr[0], pr[1])
+			}
+			for i := 1; i < ti.Subflows; i++ {
+				p.Endpoints = append(p.Endpoints, EndpointPlan{Host: sv.Name, Dev: VMDev, Addr: sv.Addr, Port: uint16(AnnouncePortBase + i - 1),
+					Flags: pm.FlagSignal.String(), flags: pm.FlagSignal})
+			}
 		}
 	}
 	return p, nil
@@ -249,7 +264,7 @@ func (w *World) makeBridge(b BridgePlan) error {
 }
 
 // configureTenantsMPTCP sets every VM's path-manager limits and the
-// measured server's signal endpoints.
+// measured servers' signal endpoints.
 func (w *World) configureTenantsMPTCP() error {
 	for _, vm := range w.Tenants.VMs {
 		c, err := pm.Dial(pm.Options{NetNSName: vm.NetNS})

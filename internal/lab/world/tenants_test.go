@@ -2,6 +2,7 @@ package world_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -88,6 +89,36 @@ func TestPlanTenants(t *testing.T) {
 	}
 	if v := vp.Tenants.VM("bg1"); len(vp.Bridges) != 0 || v.Addr != netip.MustParseAddr("10.1.2.1") || v.Gateway != netip.MustParseAddr("10.1.2.254") {
 		t.Errorf("veth plan: bridges %+v, bg1 %+v", vp.Bridges, v)
+	}
+}
+
+// Several measured pairs: each server VM announces its address on the
+// extra ports; the first pair is the one the world's path names.
+func TestPlanTenantsPairs(t *testing.T) {
+	s := parse(t, `
+tenants:
+  links: [{name: phy1, rate: 50mbit}, {name: phy2, rate: 50mbit}]
+  vms: [{name: vm1, on: hv1}, {name: vm2, on: hv2}, {name: vm3, on: hv1}, {name: vm4, on: hv2}]
+  measure: {subflows: 3, pairs: [{client: vm1, server: vm2}, {client: vm3, server: vm4}]}
+traffic: [{type: bulk, duration: 2s}]
+variants: [mptcp, tcp]
+`)
+	p, err := world.NewPlan("plan", s, s.Variant("mptcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []string
+	for _, e := range p.Endpoints {
+		eps = append(eps, fmt.Sprintf("%s %s:%d", e.Host, e.Addr, e.Port))
+	}
+	if got := strings.Join(eps, ", "); got != "vm2 10.2.0.1:5301, vm2 10.2.0.1:5302, vm4 10.2.0.2:5301, vm4 10.2.0.2:5302" {
+		t.Errorf("endpoints: %s", got)
+	}
+	if p.ClientRole() != "vm1" || p.ServerRole() != "vm2" || len(p.Tenants.Pairs) != 2 || p.Tenants.Pairs[1] != [2]string{"vm3", "vm4"} {
+		t.Errorf("roles %s → %s, pairs %v", p.ClientRole(), p.ServerRole(), p.Tenants.Pairs)
+	}
+	if tp, err := world.NewPlan("plan", s, s.Variant("tcp")); err != nil || len(tp.Endpoints) != 0 {
+		t.Errorf("tcp plan: %v, endpoints %+v", err, tp.Endpoints)
 	}
 }
 
