@@ -189,7 +189,12 @@ func applySysctls(h HostPlan) error {
 	sort.Strings(keys)
 	return netnsutil.Do(h.NetNS, func() error {
 		for _, k := range keys {
-			if err := netnsutil.WriteSysctl(k, h.Sysctls[k]); err != nil {
+			write := netnsutil.WriteSysctl
+			if k == "net.mptcp.path_manager" {
+				// pm_type on kernels before 6.15.
+				write = func(_, v string) error { return netnsutil.WritePathManager(v) }
+			}
+			if err := write(k, h.Sysctls[k]); err != nil {
 				if k == "net.ipv4.tcp_congestion_control" {
 					avail, _ := netnsutil.ReadSysctl("net.ipv4.tcp_available_congestion_control")
 					allowed, _ := netnsutil.ReadSysctl("net.ipv4.tcp_allowed_congestion_control")
