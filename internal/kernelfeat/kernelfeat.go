@@ -25,19 +25,19 @@ type Name string
 
 // The features mpsteer uses.
 const (
-	BTF                 Name = "btf"
-	MPTCP               Name = "mptcp"
-	PathManagerSysctl   Name = "path-manager-sysctl"
-	UserspacePM         Name = "userspace-pm"
-	ListenerEvents      Name = "listener-events"
-	TCX                 Name = "tcx"
-	Clsact              Name = "clsact"
-	SockopsHeaderOpts   Name = "sockops-header-options"
-	SockopsPacingRate   Name = "sockops-pacing-rate"
-	SockopsRTOMax       Name = "sockops-rto-max"
-	StructOpsCC         Name = "struct-ops-cc"
-	UpdateSocketProto   Name = "update-socket-protocol"
-	BPFTrampolines      Name = "bpf-trampolines"
+	BTF               Name = "btf"
+	MPTCP             Name = "mptcp"
+	PathManagerSysctl Name = "path-manager-sysctl"
+	UserspacePM       Name = "userspace-pm"
+	ListenerEvents    Name = "listener-events"
+	TCX               Name = "tcx"
+	Clsact            Name = "clsact"
+	SockopsHeaderOpts Name = "sockops-header-options"
+	SockopsPacingRate Name = "sockops-pacing-rate"
+	SockopsRTOMax     Name = "sockops-rto-max"
+	StructOpsCC       Name = "struct-ops-cc"
+	UpdateSocketProto Name = "update-socket-protocol"
+	BPFTrampolines    Name = "bpf-trampolines"
 )
 
 // Info is what is known of a feature without probing: what it is for,
@@ -94,8 +94,8 @@ type Feature struct {
 	Since     string `json:"since"`
 	// Fallback, when the feature is missing and mpsteer uses an older
 	// mechanism instead: its name (FallbackAvailable says if it works).
-	Fallback          Name `json:"fallback,omitempty"`
-	FallbackAvailable bool `json:"fallback_available,omitempty"`
+	Fallback          Name   `json:"fallback,omitempty"`
+	FallbackAvailable bool   `json:"fallback_available,omitempty"`
 	Alternatives      string `json:"alternatives,omitempty"`
 }
 

@@ -132,7 +132,7 @@ func probeBTF(*probeEnv) error {
 
 // The generic netlink controller's attributes for a family's operations.
 const (
-	ctrlAttrOps = 6 // CTRL_ATTR_OPS
+	ctrlAttrOps  = 6 // CTRL_ATTR_OPS
 	ctrlAttrOpID = 1 // CTRL_ATTR_OP_ID
 )
 
