@@ -156,6 +156,19 @@ func Require(r *Report, n Name, configKey string) error {
 	return &MissingError{Feature: r.Get(n), ConfigKey: configKey, Kernel: r.Kernel}
 }
 
+// RequireExactly is Require for a use that has no fallback of its own
+// (a program that attaches only through TCX, say): the feature itself
+// must be there.
+func RequireExactly(r *Report, n Name, configKey string) error {
+	if r.Has(n) {
+		return nil
+	}
+	f := r.Get(n)
+	f.Fallback, f.FallbackAvailable = "", false
+	f.Reason, _, _ = strings.Cut(f.Reason, "; fallback ")
+	return &MissingError{Feature: f, ConfigKey: configKey, Kernel: r.Kernel}
+}
+
 var (
 	once   sync.Once
 	cached *Report
