@@ -65,7 +65,8 @@ for name in ${kernels//,/ }; do
 		status=1
 		continue
 	fi
-	echo "$line ($wall s)"
+	echo "test-kernels: $name ($where) took $wall s"
+	echo "$line"
 	[[ $line == *" 0 failed,"* ]] || status=1
 done
 exit $status
