@@ -15,11 +15,16 @@ import (
 	"mpsteer/internal/lab/world"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/testutil"
 )
 
 // labWorld builds a two-path lab world for one variant.
 func labWorld(t *testing.T, src, variant string) *world.World {
+	testutil.RequireLab(t)
+	// The chains' programs need bpf_rdonly_cast (6.2) and TCX (6.6).
+	testutil.RequireFeature(t, kernelfeat.KfuncRdonlyCast)
+	testutil.RequireFeature(t, kernelfeat.TCX)
 	return testutil.LabWorld(t, src, variant)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/testutil"
 )
 
@@ -180,6 +181,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	testutil.RequireRoot(t, "loading BPF programs")
+	requireChainKernel(t)
 	m, err := NewManager()
 	if err != nil {
 		t.Fatal(err)
@@ -569,4 +571,14 @@ func optLen(opts []layers.TCPOption) int {
 		}
 	}
 	return n
+}
+
+// requireChainKernel skips where the kernel cannot run chains: their
+// programs read subflows with bpf_rdonly_cast (Linux 6.2) and the manager
+// attaches them through TCX only (Linux 6.6) until it falls back to
+// clsact.
+func requireChainKernel(t testing.TB) {
+	t.Helper()
+	testutil.RequireFeature(t, kernelfeat.KfuncRdonlyCast)
+	testutil.RequireFeature(t, kernelfeat.TCX)
 }

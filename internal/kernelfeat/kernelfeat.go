@@ -38,6 +38,7 @@ const (
 	StructOpsCC       Name = "struct-ops-cc"
 	UpdateSocketProto Name = "update-socket-protocol"
 	BPFTrampolines    Name = "bpf-trampolines"
+	KfuncRdonlyCast   Name = "kfunc-rdonly-cast"
 )
 
 // Info is what is known of a feature without probing: what it is for,
@@ -67,6 +68,7 @@ var Catalogue = []Info{
 	{Name: ListenerEvents, Since: "6.2", What: "listener_created and listener_closed path-manager events"},
 	{Name: TCX, Since: "6.6", Fallback: Clsact, What: "TCX links for the datapath chains (several programs in order on one hook)"},
 	{Name: Clsact, Since: "4.5", What: "the clsact qdisc with a direct-action BPF filter (the chains' fallback where TCX is missing)"},
+	{Name: KfuncRdonlyCast, Since: "6.2", What: "the bpf_rdonly_cast kfunc, with which the datapath chains' programs read a subflow's MPTCP context"},
 	{Name: SockopsHeaderOpts, Since: "5.10", What: "TCP header options written by sockops programs (the health option)"},
 	{Name: SockopsPacingRate, Since: "4.13", What: "SO_MAX_PACING_RATE set from a sockops program (rate caps)"},
 	{Name: SockopsRTOMax, Since: "6.15", What: "TCP_RTO_MAX_MS set from a sockops program (rto_max)"},

@@ -70,7 +70,7 @@ func (e *probeEnv) close() { netnsutil.Delete(e.ns) }
 // that need the throwaway namespace.
 var (
 	needsRoot = map[Name]bool{
-		UserspacePM: true, ListenerEvents: true, TCX: true, Clsact: true, SockopsHeaderOpts: true,
+		UserspacePM: true, ListenerEvents: true, KfuncRdonlyCast: true, TCX: true, Clsact: true, SockopsHeaderOpts: true,
 		SockopsPacingRate: true, SockopsRTOMax: true, StructOpsCC: true, UpdateSocketProto: true, BPFTrampolines: true,
 	}
 	needsEnv = map[Name]bool{ListenerEvents: true, TCX: true, Clsact: true, SockopsPacingRate: true, SockopsRTOMax: true}
@@ -89,6 +89,7 @@ var probes = map[Name]func(*probeEnv) error{
 	SockopsRTOMax:     func(e *probeEnv) error { return sockoptResult(e, rRTOMax, "TCP_RTO_MAX_MS") },
 	StructOpsCC:       probeStructOpsCC,
 	BPFTrampolines:    probeTrampolines,
+	KfuncRdonlyCast:   probeRdonlyCast,
 	UpdateSocketProto: func(*probeEnv) error { return mptcpize.Supported() },
 }
 
@@ -393,4 +394,12 @@ func runSockoptProbe(e *probeEnv) ([]int64, error) {
 		return nil, errors.New("the sockops program did not run on a connection made under it")
 	}
 	return out, nil
+}
+
+func probeRdonlyCast(*probeEnv) error {
+	var objs rdonlyObjects
+	if err := loadRdonlyObjects(&objs, nil); err != nil {
+		return fmt.Errorf("load a program that calls bpf_rdonly_cast: %v", bpfutil.VerifierDetail(err))
+	}
+	return objs.Close()
 }

@@ -22,6 +22,14 @@ done
 [[ -e /dev/net/tun ]] || { mkdir -p /dev/net; mknod /dev/net/tun c 10 200; }
 grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup 2>&3 || log "mount cgroup2 failed"
 grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf 2>&3 || log "mount bpffs failed"
+# A distribution's kernel has its config in /boot, which programs with
+# .kconfig externs read (libbpf's rule): in a guest /boot is the host's,
+# so the unpacked package's own boot/ is put there.
+kdir=$(readlink -f "/lib/modules/$(uname -r)" 2>/dev/null || true)
+while [[ -n $kdir && $kdir != / && ! -e $kdir/boot/config-$(uname -r) ]]; do kdir=$(dirname "$kdir"); done
+if [[ ! -e /boot/config-$(uname -r) && -n $kdir && $kdir != / ]]; then
+	mount --bind "$kdir/boot" /boot 2>&3 || log "bind the kernel's boot/ over /boot failed"
+fi
 mkdir -p /run/netns /run/mpsteer
 ip link set lo up 2>&3
 

@@ -16,6 +16,9 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 kernels=${MPSTEER_KERNELS:-debian12,debian12-bpo,debian13,host}
 per_kernel=${MPSTEER_KERNEL_TIMEOUT:-720}
+# Software emulation runs everything several times slower: the waits for
+# a daemon or an emulator to start are stretched by this much there.
+scale=${MPSTEER_VM_TIME_SCALE:-6}
 out=${MPSTEER_KERNEL_RESULTS:-$root/results/kernels}
 build=$root/build/kernels
 tests=$(realpath "${MPSTEER_KERNEL_TESTS:-scripts/kernels/tests.txt}")
@@ -56,7 +59,7 @@ for name in ${kernels//,/ }; do
 		# vng hands back the guest's exit code through udev's virtio ports;
 		# qemu truncates a file given as its stdout, so its output is piped.
 		timeout "$per_kernel" vng --run "$dir/boot/vmlinuz-${vers[$name]}" --disable-kvm --cpus 2 --memory 2G \
-			--rwdir "$run" --exec "$root/scripts/kernels/guest.sh $build/bin $run $tests" 2>&1 | cat > "$run/console.log" ||
+			--rwdir "$run" --exec "env MPSTEER_TIME_SCALE=$scale $root/scripts/kernels/guest.sh $build/bin $run $tests" 2>&1 | cat > "$run/console.log" ||
 			echo "test-kernels: $name: the VM exited ${PIPESTATUS[0]} (console: $run/console.log)" >&2
 	fi
 	wall=$((SECONDS - start))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
@@ -95,6 +96,9 @@ func Preflight() error {
 // is removed again.
 func Up(ctx context.Context, plan *Plan, o Options) (w *World, err error) {
 	if err := Preflight(); err != nil {
+		return nil, err
+	}
+	if err := kernelFeatures(plan); err != nil {
 		return nil, err
 	}
 	dir := filepath.Join(StateRoot, plan.Name)
@@ -259,8 +263,8 @@ func (w *World) startEmulator(ctx context.Context, o Options) error {
 			return fmt.Errorf("link emulator exited before it was ready: %s", strings.TrimSpace(string(tail)))
 		}
 		return fmt.Errorf("link emulator: %s", strings.TrimPrefix(s, "error: "))
-	case <-time.After(30 * time.Second):
-		return errors.New("link emulator did not become ready within 30s")
+	case <-time.After(Scaled(30 * time.Second)):
+		return fmt.Errorf("link emulator did not become ready within %v", Scaled(30*time.Second))
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -647,4 +651,37 @@ func stopProcess(pid int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = p.Signal(syscall.SIGKILL)
+}
+
+// TimeScaleEnv names the factor by which the lab's and the tests' waits
+// for something to start are stretched: make test-kernels sets it in its
+// software-emulated guests, where everything runs several times slower.
+const TimeScaleEnv = "MPSTEER_TIME_SCALE"
+
+// Scaled is d stretched by $MPSTEER_TIME_SCALE (1 when unset or bad).
+func Scaled(d time.Duration) time.Duration {
+	f, err := strconv.ParseFloat(os.Getenv(TimeScaleEnv), 64)
+	if err != nil || f < 1 {
+		return d
+	}
+	return time.Duration(float64(d) * f)
+}
+
+// kernelFeatures refuses a plan that needs what the running kernel lacks,
+// naming the feature, the version that introduced it and the variant key,
+// before anything is built.
+func kernelFeatures(plan *Plan) error {
+	for _, h := range plan.Hosts {
+		if h.PathManager != scenario.PMUserspace {
+			continue
+		}
+		key := "variant key path_manager: userspace"
+		if plan.Mptcpd != "" && h.Role == Client {
+			key = "variant key mptcpd"
+		}
+		if err := kernelfeat.Require(kernelfeat.Probe(), kernelfeat.UserspacePM, key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
