@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"mpsteer/internal/datapath"
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/lab/world"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
-	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/testutil"
 )
 
