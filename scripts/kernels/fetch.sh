@@ -12,7 +12,9 @@
 #   debian12      bookworm            linux-image-6.1.0-*-amd64-unsigned
 #   debian12-bpo  bookworm-backports  linux-image-6.12.*+deb12-amd64-unsigned
 #   debian13      trixie              linux-image-*+deb13-amd64-unsigned (only when
-#                                     its version differs from the backports one)
+#                                     its major.minor differs from the backports
+#                                     one, which follows Debian 13's kernel, or
+#                                     when asked for by name: fetch.sh debian13)
 # Prints one line per kernel: NAME VERSION DIR.
 set -euo pipefail
 
@@ -97,8 +99,9 @@ bpo=$(newest bookworm-backports '^linux-image-6\.12\.[0-9.+~a-z-]*deb12[0-9.+~a-
 want debian12-bpo && unpack debian12-bpo bookworm-backports "$bpo"
 trixie=$(newest trixie '^linux-image-[0-9.]+[0-9.+~a-z-]*deb13[0-9.+~a-z-]*-amd64-unsigned$')
 if want debian13; then
-	if [[ ${trixie%%+*} == "${bpo%%+*}" ]]; then
-		echo "kernels: Debian 13's kernel ($trixie) is the backports one's version: not run twice" >&2
+	line() { local v=${1#linux-image-}; echo "${v%.*}"; } # 6.12.95+deb12-… → 6.12
+	if [[ -z $only && $(line "${trixie%%+*}") == $(line "${bpo%%+*}") ]]; then
+		echo "kernels: Debian 13's kernel ($trixie) is the $(line "${trixie%%+*}") line the backports one ($bpo) follows: not run twice (MPSTEER_KERNELS=debian13 runs it)" >&2
 	else
 		unpack debian13 trixie "$trixie"
 	fi
