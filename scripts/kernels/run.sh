@@ -20,6 +20,11 @@ per_kernel=${MPSTEER_KERNEL_TIMEOUT:-720}
 # Software emulation runs everything several times slower: the waits for
 # a daemon or an emulator to start are stretched by this much there.
 scale=${MPSTEER_VM_TIME_SCALE:-6}
+# Guests run side by side, MPSTEER_KERNEL_JOBS at a time (default: one per
+# core, at most 2), each with the cores shared out.
+cores=$(nproc)
+jobs=${MPSTEER_KERNEL_JOBS:-$(( cores < 2 ? 1 : 2 ))}
+cpus=$(( cores / jobs < 1 ? 1 : cores / jobs ))
 out=${MPSTEER_KERNEL_RESULTS:-$root/results/kernels}
 build=$root/build/kernels
 tests=$(realpath "${MPSTEER_KERNEL_TESTS:-scripts/kernels/tests.txt}")
@@ -48,32 +53,48 @@ if [[ -z $kernels || ,$kernels, == *,debian* ]]; then
 fi
 
 mkdir -p "$out"
-status=0
-for name in ${kernels//,/ }; do
-	run=$build/out/$name
+
+# run_one NAME: one kernel's run, its result collected; the lines it
+# prints go to the run's summary file.
+run_one() {
+	local name=$1 run=$build/out/$1 start=$SECONDS where dir line wall
 	mkdir -p "$run"
-	start=$SECONDS
 	if [[ $name == host ]]; then
 		where=host
 		timeout "$per_kernel" scripts/kernels/guest.sh host "$build/bin" "$run" "$tests" || echo "test-kernels: host: guest.sh exited $?" >&2
 	else
 		where=vm
 		dir=${dirs[$name]:-}
-		[[ -n $dir ]] || { echo "test-kernels: $name: not in the matrix fetched (fetch.sh)" >&2; continue; }
+		[[ -n $dir ]] || { echo "kernel $name: not in the matrix fetched (fetch.sh)" > "$run/summary"; return; }
 		# vng hands back the guest's exit code through udev's virtio ports;
 		# qemu truncates a file given as its stdout, so its output is piped.
-		timeout "$per_kernel" vng --run "$dir/boot/vmlinuz-${vers[$name]}" --disable-kvm --cpus 2 --memory 2G \
+		timeout "$per_kernel" vng --run "$dir/boot/vmlinuz-${vers[$name]}" --disable-kvm --cpus "$cpus" --memory 2G \
 			--rwdir "$run" --exec "env MPSTEER_TIME_SCALE=$scale $root/scripts/kernels/guest.sh vm $build/bin $run $tests" 2>&1 | cat > "$run/console.log" ||
 			echo "test-kernels: $name: the VM exited ${PIPESTATUS[0]} (console: $run/console.log)" >&2
 	fi
 	wall=$((SECONDS - start))
 	if ! line=$("$build/kernelmatrix" collect -in "$run" -matrix "$name" -where "$where" -wall "$wall" -out "$out"); then
-		echo "kernel $name: no result (see $run/guest.log and $run/console.log)"
-		status=1
-		continue
+		echo "kernel $name: no result (see $run/guest.log and $run/console.log)" > "$run/summary"
+		return
 	fi
-	echo "test-kernels: $name ($where) took $wall s"
-	echo "$line"
-	[[ $line == *" 0 failed,"* ]] || status=1
+	printf 'test-kernels: %s (%s) took %d s\n%s\n' "$name" "$where" "$wall" "$line" > "$run/summary"
+}
+
+# The guests run side by side, $jobs at a time with a share of the cores
+# each (software emulation keeps one core busy per virtual CPU); the host
+# runs after them, alone.
+names=(${kernels//,/ })
+running=0
+for name in "${names[@]}"; do
+	[[ $name == host ]] && continue
+	run_one "$name" &
+	if (( ++running >= jobs )); then wait -n; running=$((running - 1)); fi
+done
+wait
+[[ ,$kernels, != *,host,* ]] || run_one host
+status=0
+for name in "${names[@]}"; do
+	cat "$build/out/$name/summary"
+	grep -q '^kernel .*: [0-9]* passed, 0 failed, [0-9]* skipped$' "$build/out/$name/summary" || status=1
 done
 exit $status
