@@ -12,6 +12,7 @@
 package kernelfeat
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -177,9 +178,11 @@ var (
 )
 
 // Probe returns the running kernel's report, probing each feature once per
-// process (later calls return the same report). Most probes need root
-// (CAP_NET_ADMIN and CAP_BPF): without them a feature is reported
-// unavailable with that reason.
+// process (later calls return the same report). Most probes need
+// CAP_NET_ADMIN and CAP_BPF (root has them): without them a feature is
+// reported unavailable with that reason. They work in a throwaway network
+// namespace, or, without CAP_SYS_ADMIN to make one (the daemon's unit),
+// in the process's own, where they leave nothing behind.
 func Probe() *Report {
 	once.Do(func() { cached = probeAll() })
 	return cached
@@ -204,13 +207,13 @@ func probeAll() *Report {
 		f := Feature{Name: info.Name, Since: info.Since, Alternatives: info.Alternatives}
 		p := probes[info.Name]
 		var perr error
-		switch {
-		case os.Geteuid() != 0 && needsRoot[info.Name]:
-			perr = fmt.Errorf("not probed: needs root (run `mpsteer doctor` as root)")
-		case err != nil && needsEnv[info.Name]:
-			perr = fmt.Errorf("not probed: %v", err)
-		default:
+		if err != nil && needsEnv[info.Name] {
+			perr = fmt.Errorf("not probed: %v", needsPrivilege(err))
+		} else {
 			perr = p(env)
+		}
+		if perr != nil && os.Geteuid() != 0 && (errors.Is(perr, unix.EPERM) || strings.Contains(perr.Error(), "operation not permitted")) {
+			perr = fmt.Errorf("%v (not root: run it as root, or with CAP_NET_ADMIN and CAP_BPF)", perr)
 		}
 		f.Available = perr == nil
 		if perr != nil {

@@ -27,8 +27,11 @@ import (
 	"mpsteer/internal/pm"
 )
 
-// probeEnv is the throwaway network namespace the probes that attach or
-// connect work in, so that nothing of the host's is touched.
+// probeEnv is where the probes that attach or connect work: a throwaway
+// network namespace, so that nothing of the host's is touched, or, for a
+// process that may not make one (the daemon runs with CAP_NET_ADMIN and
+// CAP_BPF but not CAP_SYS_ADMIN), its own namespace (ns ""), where they
+// add nothing that stays and take nothing that is there.
 type probeEnv struct {
 	ns     string
 	cookie uint64
@@ -38,14 +41,14 @@ type probeEnv struct {
 var envSeq atomic.Int32
 
 func newProbeEnv() (*probeEnv, error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("needs root")
-	}
 	e := &probeEnv{ns: fmt.Sprintf("mpsteer-probe-%d-%d", os.Getpid(), envSeq.Add(1))}
 	if err := netnsutil.Create(e.ns); err != nil {
-		return nil, fmt.Errorf("make a network namespace to probe in: %w", err)
+		if !errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("make a network namespace to probe in: %w", err)
+		}
+		e.ns = ""
 	}
-	err := netnsutil.Do(e.ns, func() error {
+	err := e.do(func() error {
 		lo, err := vnl.LinkByName("lo")
 		if err != nil {
 			return err
@@ -64,17 +67,31 @@ func newProbeEnv() (*probeEnv, error) {
 	return e, nil
 }
 
-func (e *probeEnv) close() { netnsutil.Delete(e.ns) }
-
-// needsRoot are the probes that cannot run without root; needsEnv, those
-// that need the throwaway namespace.
-var (
-	needsRoot = map[Name]bool{
-		UserspacePM: true, ListenerEvents: true, KfuncRdonlyCast: true, TCX: true, Clsact: true, SockopsHeaderOpts: true,
-		SockopsPacingRate: true, SockopsRTOMax: true, StructOpsCC: true, UpdateSocketProto: true, BPFTrampolines: true,
+func (e *probeEnv) close() {
+	if e.ns != "" {
+		netnsutil.Delete(e.ns)
 	}
-	needsEnv = map[Name]bool{ListenerEvents: true, TCX: true, Clsact: true, SockopsPacingRate: true, SockopsRTOMax: true}
-)
+}
+
+// do runs fn in the probe's namespace.
+func (e *probeEnv) do(fn func() error) error {
+	if e.ns == "" {
+		return fn()
+	}
+	return netnsutil.Do(e.ns, fn)
+}
+
+// needsPrivilege says why a probe's EPERM may be the process's and not
+// the kernel's.
+func needsPrivilege(err error) error {
+	if errors.Is(err, unix.EPERM) && os.Geteuid() != 0 {
+		return fmt.Errorf("%v (not root: run it as root, or with CAP_NET_ADMIN and CAP_BPF)", err)
+	}
+	return err
+}
+
+// needsEnv are the probes that need somewhere to attach or connect.
+var needsEnv = map[Name]bool{ListenerEvents: true, TCX: true, Clsact: true, SockopsPacingRate: true, SockopsRTOMax: true}
 
 var probes = map[Name]func(*probeEnv) error{
 	MPTCP:             probeMPTCP,
@@ -207,13 +224,13 @@ func probeUserspacePM(*probeEnv) error {
 // probeListenerEvents listens on an MPTCP socket in the throwaway
 // namespace and waits for the kernel to say so.
 func probeListenerEvents(e *probeEnv) error {
-	l, err := pm.ListenEvents(pm.Options{NetNSName: e.ns})
+	l, err := pm.ListenEvents(pm.Options{NetNSName: e.ns}) // "": this namespace
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 	var ln net.Listener
-	err = netnsutil.Do(e.ns, func() error {
+	err = e.do(func() error {
 		var lc net.ListenConfig
 		lc.SetMultipathTCP(true)
 		var err error
@@ -252,11 +269,11 @@ func noopCLS() (*ebpf.Program, error) {
 func probeTCX(e *probeEnv) error {
 	prog, err := noopCLS()
 	if err != nil {
-		return fmt.Errorf("load a TC program: %v", err)
+		return fmt.Errorf("load a TC program: %v", needsPrivilege(err))
 	}
 	defer prog.Close()
 	var l link.Link
-	err = netnsutil.Do(e.ns, func() error {
+	err = e.do(func() error {
 		var err error
 		l, err = link.AttachTCX(link.TCXOptions{Interface: e.lo, Program: prog, Attach: ebpf.AttachTCXIngress})
 		return err
@@ -275,26 +292,37 @@ func probeClsact(e *probeEnv) error {
 		return fmt.Errorf("load a TC program: %v", err)
 	}
 	defer prog.Close()
-	h, err := netnsutil.Netlink(e.ns)
+	var h *vnl.Handle
+	if e.ns == "" {
+		h, err = vnl.NewHandle()
+	} else {
+		h, err = netnsutil.Netlink(e.ns)
+	}
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	q := &vnl.GenericQdisc{QdiscType: "clsact", QdiscAttrs: vnl.QdiscAttrs{LinkIndex: e.lo, Handle: vnl.MakeHandle(0xffff, 0), Parent: vnl.HANDLE_CLSACT}}
-	if err := h.QdiscAdd(q); err != nil {
-		return fmt.Errorf("add a clsact qdisc (sch_ingress): %v", err)
+	switch err := h.QdiscAdd(q); {
+	case errors.Is(err, unix.EEXIST):
+		// Someone's clsact is there (in the process's own namespace): it
+		// stays, and so is proof enough of the qdisc.
+	case err != nil:
+		return fmt.Errorf("add a clsact qdisc (sch_ingress): %v", needsPrivilege(err))
+	default:
+		defer h.QdiscDel(q)
 	}
-	defer h.QdiscDel(q)
+	// At a priority of its own, taken away again.
 	f := &vnl.BpfFilter{
-		FilterAttrs:  vnl.FilterAttrs{LinkIndex: e.lo, Parent: vnl.HANDLE_MIN_INGRESS, Handle: 1, Protocol: unix.ETH_P_ALL, Priority: 1},
+		FilterAttrs:  vnl.FilterAttrs{LinkIndex: e.lo, Parent: vnl.HANDLE_MIN_INGRESS, Handle: 1, Protocol: unix.ETH_P_ALL, Priority: 0xfffe},
 		Fd:           prog.FD(),
 		Name:         "mpsteer-probe",
 		DirectAction: true,
 	}
 	if err := h.FilterAdd(f); err != nil {
-		return fmt.Errorf("add a direct-action BPF filter (cls_bpf): %v", err)
+		return fmt.Errorf("add a direct-action BPF filter (cls_bpf): %v", needsPrivilege(err))
 	}
-	return nil
+	return h.FilterDel(f)
 }
 
 func probeHeaderOpts(*probeEnv) error {
@@ -313,7 +341,7 @@ func probeTrampolines(*probeEnv) error {
 		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: "tcp_connect", License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
 	})
-	if errors.Is(err, unix.EPERM) {
+	if errors.Is(err, unix.EPERM) && os.Geteuid() == 0 {
 		return errors.New("the kernel refuses fentry programs even as root: it has no function tracer (CONFIG_FUNCTION_TRACER), or a hypervisor forbids them")
 	}
 	if err != nil {
@@ -369,7 +397,7 @@ func runSockoptProbe(e *probeEnv) ([]int64, error) {
 		return nil, err
 	}
 	defer l.Close()
-	err = netnsutil.Do(e.ns, func() error {
+	err = e.do(func() error {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
