@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -162,8 +163,33 @@ func reason(lines []string, outcome string) string {
 	if outcome == Skip && len(keep) > 0 {
 		return keep[len(keep)-1]
 	}
-	return lastWords(keep, 4)
+	// A failure: the test's own lines (file_test.go:N: …), then the last
+	// words of what it printed after them (a verifier log's verdict),
+	// without the daemon's time-stamped log lines.
+	var mine, tail []string
+	for _, l := range keep {
+		switch {
+		case testLine.MatchString(l):
+			if len(mine) < 2 {
+				mine = append(mine, l)
+			}
+		case !daemonLine.MatchString(l):
+			tail = append(tail, l)
+		}
+	}
+	if len(mine) == 0 {
+		return lastWords(keep, 4)
+	}
+	if len(tail) > 2 {
+		tail = tail[len(tail)-2:]
+	}
+	return lastWords(append(mine, tail...), 4)
 }
+
+var (
+	testLine   = regexp.MustCompile(`^[A-Za-z0-9_]+_test\.go:\d+: `)
+	daemonLine = regexp.MustCompile(`^mpsteer: \d{4}/\d\d/\d\d `)
+)
 
 func lastWords(lines []string, n int) string {
 	var keep []string
