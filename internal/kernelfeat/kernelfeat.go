@@ -67,8 +67,11 @@ var Catalogue = []Info{
 		What: "net.mptcp.path_manager (\"kernel\" or \"userspace\") to choose the path manager"},
 	{Name: UserspacePM, Since: "5.19", What: "the userspace path manager's commands (announce, remove, subflow-create, subflow-destroy): subflows opened and closed by mpsteer"},
 	{Name: ListenerEvents, Since: "6.2", What: "listener_created and listener_closed path-manager events"},
-	{Name: TCX, Since: "6.6", Fallback: Clsact, What: "TCX links for the datapath chains (several programs in order on one hook)"},
-	{Name: Clsact, Since: "4.5", What: "the clsact qdisc with a direct-action BPF filter (the chains' fallback where TCX is missing)"},
+	// TCX gets Fallback: Clsact when internal/datapath attaches chains on
+	// clsact where TCX is missing; until then a kernel without TCX runs no
+	// chains, spread or pinned lab spread.
+	{Name: TCX, Since: "6.6", What: "TCX links for the datapath chains and the spread program (several programs in order on one hook)"},
+	{Name: Clsact, Since: "4.5", What: "the clsact qdisc with a direct-action BPF filter (the older way to attach a TC program)"},
 	{Name: KfuncRdonlyCast, Since: "6.2", What: "the bpf_rdonly_cast kfunc, with which the datapath chains' programs read a subflow's MPTCP context"},
 	{Name: SockopsHeaderOpts, Since: "5.10", What: "TCP header options written by sockops programs (the health option)"},
 	{Name: SockopsPacingRate, Since: "4.13", What: "SO_MAX_PACING_RATE set from a sockops program (rate caps)"},

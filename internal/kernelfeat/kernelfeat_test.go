@@ -98,7 +98,7 @@ func TestProbeOnThisKernel(t *testing.T) {
 		t.Errorf("neither path_manager nor pm_type: %+v", r.Get(kernelfeat.PathManagerSysctl))
 	}
 	// Every kernel the project runs on has these, or a fallback.
-	for _, n := range []kernelfeat.Name{kernelfeat.MPTCP, kernelfeat.BTF, kernelfeat.UserspacePM, kernelfeat.TCX, kernelfeat.SockopsPacingRate} {
+	for _, n := range []kernelfeat.Name{kernelfeat.MPTCP, kernelfeat.BTF, kernelfeat.UserspacePM, kernelfeat.Clsact, kernelfeat.SockopsPacingRate} {
 		if !r.Usable(n) {
 			t.Errorf("%s: %+v", n, r.Get(n))
 		}

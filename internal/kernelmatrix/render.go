@@ -127,7 +127,7 @@ func featureCell(r *Result, n kernelfeat.Name) string {
 		switch {
 		case f.Available:
 			return "yes"
-		case f.FallbackAvailable:
+		case f.FallbackAvailable && f.Fallback != "":
 			return "fallback"
 		default:
 			return "no"
