@@ -29,7 +29,7 @@ VERSION  ?= $(shell cat VERSION)$(shell git rev-parse --short HEAD 2>/dev/null |
 DEB_ARCH ?= $(shell $(GO) env GOARCH)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all deps build generate test docs docs-check soak fuzz demo bench reproduce clean man install uninstall deb
+.PHONY: all deps build generate test test-kernels kernels-doc docs docs-check soak fuzz demo bench reproduce clean man install uninstall deb
 
 all: build
 
@@ -50,8 +50,31 @@ build:
 # As root, every privileged test must run: a skip is a failure there
 # (MPSTEER_REQUIRE_PRIVILEGED), so a broken setup cannot pass green. The
 # documents' figures are checked against their data first (docs-check).
+# Then, as root, the kernel matrix (test-kernels); as another user it is
+# skipped, as the privileged tests are.
 test: deps build docs-check
-	MPSTEER_BIN=$(CURDIR)/$(BIN) $(if $(filter 0,$(shell id -u)),MPSTEER_REQUIRE_PRIVILEGED=1) $(GO) test -count=1 -timeout 30m ./...
+	@status=0; \
+	MPSTEER_BIN=$(CURDIR)/$(BIN) $(if $(filter 0,$(shell id -u)),MPSTEER_REQUIRE_PRIVILEGED=1) $(GO) test -count=1 -timeout 30m ./... || status=1; \
+	if [ "$$(id -u)" = 0 ]; then scripts/kernels/run.sh || status=1; \
+	else echo "test-kernels: skipped (needs root)"; fi; \
+	exit $$status
+
+# The privileged functional tests (scripts/kernels/tests.txt) on each
+# kernel of the matrix: Debian 12's 6.1, its backports' 6.12 and Debian
+# 13's kernel, each booted with virtme-ng under qemu (software emulation;
+# the kernels are downloaded once into $$MPSTEER_KERNEL_CACHE, default
+# /var/lib/mpsteer/kernels), and the host's kernel natively. One line per
+# kernel, results in $(OUT)/kernels/VERSION.json; exits non-zero when a
+# kernel has a failed test. Needs root. MPSTEER_KERNELS=debian12,host
+# runs a part.
+test-kernels: deps build
+	MPSTEER_KERNEL_RESULTS=$(abspath $(OUT))/kernels scripts/kernels/run.sh
+
+# docs/kernels.md from the last test-kernels' results, which are kept in
+# docs/data/kernels/ (internal/kernelmatrix's test checks the two agree).
+kernels-doc:
+	rm -rf docs/data/kernels && mkdir -p docs/data/kernels && cp $(OUT)/kernels/*.json docs/data/kernels/
+	$(GO) run ./cmd/kernelmatrix doc -in docs/data/kernels -out docs/kernels.md
 
 # Every table, figure and paper quote of README.md and docs/results.md is
 # rendered from docs/data (docs/figures.yaml, docs/papers.yaml): `make docs`

@@ -7,12 +7,17 @@
 # unmodified applications of the per-application lab test), the Go modules (the program's and
 # the tools' in tools/go.mod: nfpm for `make deb`), and
 # kubernetes-validate from PyPI in .cache/venv (it ships the Kubernetes
-# JSON schemas, so validation works offline). A second run installs
-# nothing.
+# JSON schemas, so validation works offline). For `make test-kernels`
+# (scripts/kernels/): qemu-system-x86 and virtme-ng (PyPI, in the same
+# venv) boot the matrix's kernels, udev lets virtme-ng hand back the
+# guest's exit code, kmod's depmod indexes the unpacked modules, and
+# hostapd, wpasupplicant and iw make the Wi-Fi test's access point and
+# station on mac80211_hwsim. A second run installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates mptcpd mptcpd-plugins systemd python3-venv curl python3)
+pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates mptcpd mptcpd-plugins systemd python3-venv curl python3
+	qemu-system-x86 udev kmod hostapd wpasupplicant iw)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -46,4 +51,11 @@ if [[ $("$venv/bin/kubernetes-validate" --version 2>/dev/null || true) != *"$kv"
 	echo "deps: installing kubernetes-validate $kv in $venv"
 	python3 -m venv "$venv"
 	"$venv/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$kv"
+fi
+
+# virtme-ng, pinned: make test-kernels boots each kernel of the matrix with it.
+vng=1.42
+if [[ $("$venv/bin/vng" --version 2>/dev/null || true) != *"$vng"* ]]; then
+	echo "deps: installing virtme-ng $vng in $venv"
+	"$venv/bin/pip" install -q --disable-pip-version-check "virtme-ng==$vng"
 fi

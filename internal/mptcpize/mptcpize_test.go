@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"mpsteer/internal/bpfutil"
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/mptcpize"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/testutil"
@@ -37,11 +38,9 @@ func TestSwitchesStreamSocketsOfTheScopedCgroupOnly(t *testing.T) {
 	testutil.RequireRoot(t, "loading a tracing BPF program and making cgroups")
 	testutil.RequireTool(t, "python3")
 	testutil.RequireTool(t, "ip")
-	if err := mptcpize.Supported(); err != nil {
-		// A kernel without the hook (or that refuses BPF trampolines, as
-		// some VMs' do) is not a broken setup: nothing here can run.
-		t.Skipf("this kernel cannot run the mptcpize program: %v", err)
-	}
+	// A kernel without the hook (or that refuses BPF trampolines, as
+	// some VMs' do) is not a broken setup: nothing here can run.
+	testutil.RequireFeature(t, kernelfeat.UpdateSocketProto)
 	root, err := bpfutil.Cgroup2Root()
 	if err != nil {
 		testutil.Unavailable(t, "no cgroup v2 hierarchy: "+err.Error())

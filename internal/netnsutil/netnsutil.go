@@ -9,6 +9,7 @@ package netnsutil
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -180,4 +181,52 @@ func PIDs(name string) ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// SetPathManager selects the MPTCP path manager ("kernel" or "userspace")
+// of a named namespace on any kernel: net.mptcp.path_manager where it
+// exists (Linux 6.15 on), otherwise net.mptcp.pm_type (0 kernel, 1
+// userspace; Linux 5.19 on).
+func SetPathManager(name, pm string) error {
+	return Do(name, func() error { return WritePathManager(pm) })
+}
+
+// WritePathManager is SetPathManager in the calling thread's namespace.
+func WritePathManager(pm string) error {
+	var typ string
+	switch pm {
+	case "kernel":
+		typ = "0"
+	case "userspace":
+		typ = "1"
+	default:
+		return fmt.Errorf("path manager %q: want kernel or userspace", pm)
+	}
+	err := WriteSysctl("net.mptcp.path_manager", pm)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := WriteSysctl("net.mptcp.pm_type", typ); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("this kernel has neither net.mptcp.path_manager (Linux 6.15) nor net.mptcp.pm_type (Linux 5.19): no userspace path manager")
+		}
+		return err
+	}
+	return nil
+}
+
+// ReadPathManager says which path manager runs the calling thread's
+// namespace ("kernel" or "userspace"), from whichever sysctl the kernel has.
+func ReadPathManager() (string, error) {
+	if v, err := ReadSysctl("net.mptcp.path_manager"); err == nil {
+		return v, nil
+	}
+	v, err := ReadSysctl("net.mptcp.pm_type")
+	if err != nil {
+		return "", fmt.Errorf("neither net.mptcp.path_manager nor net.mptcp.pm_type: %w", err)
+	}
+	if v == "1" {
+		return "userspace", nil
+	}
+	return "kernel", nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
@@ -160,8 +161,9 @@ func dialMPTCP(t *testing.T, ns string, addr netip.AddrPort) net.Conn {
 
 func TestUserspacePathManagerAndEvents(t *testing.T) {
 	testutil.RequireLab(t)
+	testutil.RequireFeature(t, kernelfeat.UserspacePM)
 	h := testutil.TwoHosts(t, 2)
-	if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
+	if err := netnsutil.SetPathManager(h.Client, "userspace"); err != nil {
 		t.Fatal(err)
 	}
 	srv := testutil.DialPM(t, h.Server)
@@ -231,11 +233,13 @@ func TestUserspacePathManagerAndEvents(t *testing.T) {
 		t.Fatalf("subflow %v not in diag %+v", sub.Local, sfs)
 	}
 
-	// A per-subflow change in a kernel-PM namespace is refused with the
-	// kernel's reason.
+	// A per-subflow change in a kernel-PM namespace is refused, with the
+	// kernel's reason (Linux 6.1 gives EINVAL alone: its
+	// mptcp_userspace_pm_set_flags has no extack message).
 	err = srv.SetSubflowFlags(prio.Token, prio.Local, prio.Remote, pm.FlagBackup)
-	if err == nil || !strings.Contains(err.Error(), "userspace PM not selected") {
-		t.Fatalf("per-subflow flags under the kernel PM: %v", err)
+	if err == nil || !errors.Is(err, unix.EINVAL) ||
+		(err.Error() != "mptcp_pm set-flags: invalid argument" && !strings.Contains(err.Error(), "userspace PM not selected")) {
+		t.Fatalf("per-subflow flags under the kernel PM: %v, want EINVAL (with the reason \"userspace PM not selected\" where the kernel gives one)", err)
 	}
 
 	if err := cl.SubflowDestroy(token, sub.Local, sub.Remote); err != nil {
@@ -259,6 +263,7 @@ func TestUserspacePathManagerAndEvents(t *testing.T) {
 
 func TestListenerEvents(t *testing.T) {
 	testutil.RequireLab(t)
+	testutil.RequireFeature(t, kernelfeat.ListenerEvents)
 	h := testutil.TwoHosts(t, 1)
 	sev := listenNS(t, h.Server)
 	addr := netip.AddrPortFrom(h.ServerAddr(1), 7001)

@@ -83,7 +83,7 @@ func setupWorld(t *testing.T, h testutil.Hosts, userspace bool) *world {
 		}
 	}
 	if userspace {
-		if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
+		if err := netnsutil.SetPathManager(h.Client, "userspace"); err != nil {
 			t.Fatal(err)
 		}
 		return w

@@ -275,3 +275,22 @@ func (p *Pacer) Close(wait time.Duration) error {
 	// that use it.
 	return errors.Join(lift, p.link.Close(), p.closeCC(), p.objs.Close())
 }
+
+// ProbeCongestionControl registers the capping congestion control under a
+// name of this process and takes it away again: nil when the kernel can
+// run it (struct_ops links, the kfuncs of Reno it calls).
+func ProbeCongestionControl() error {
+	spec, err := loadRate()
+	if err != nil {
+		return err
+	}
+	p := &Pacer{ccName: fmt.Sprintf("mpsprobe_%d", os.Getpid())}
+	if err := bpfutil.LoadInNetns(spec, 0, &p.objs); err != nil {
+		return fmt.Errorf("load the sockops rate program: %w", bpfutil.VerifierDetail(err))
+	}
+	defer p.objs.Close()
+	if err := p.loadCC(); err != nil {
+		return err
+	}
+	return p.closeCC()
+}

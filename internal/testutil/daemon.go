@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/timescale"
 )
 
 // Daemon is the real mpsteer daemon running in a namespace for a test.
@@ -73,7 +74,8 @@ func StartDaemonWith(t testing.TB, ns, config string, flags ...string) *Daemon {
 		os.RemoveAll(dir)
 	})
 	d.Client = api.NewClient(d.Socket)
-	deadline := time.Now().Add(10 * time.Second)
+	wait := timescale.Scaled(10 * time.Second)
+	deadline := time.Now().Add(wait)
 	for {
 		if _, err := d.Client.Status(); err == nil {
 			return d
@@ -86,7 +88,7 @@ func StartDaemonWith(t testing.TB, ns, config string, flags ...string) *Daemon {
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(d.Log)
-			t.Fatalf("daemon did not answer within 10s:\n%s", b)
+			t.Fatalf("daemon did not answer within %v:\n%s", wait, b)
 		}
 	}
 }

@@ -19,9 +19,11 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
+	"mpsteer/internal/timescale"
 )
 
 // StateRoot holds one directory per running lab.
@@ -95,6 +97,9 @@ func Preflight() error {
 // is removed again.
 func Up(ctx context.Context, plan *Plan, o Options) (w *World, err error) {
 	if err := Preflight(); err != nil {
+		return nil, err
+	}
+	if err := kernelFeatures(plan); err != nil {
 		return nil, err
 	}
 	dir := filepath.Join(StateRoot, plan.Name)
@@ -189,7 +194,12 @@ func applySysctls(h HostPlan) error {
 	sort.Strings(keys)
 	return netnsutil.Do(h.NetNS, func() error {
 		for _, k := range keys {
-			if err := netnsutil.WriteSysctl(k, h.Sysctls[k]); err != nil {
+			write := netnsutil.WriteSysctl
+			if k == "net.mptcp.path_manager" {
+				// pm_type on kernels before 6.15.
+				write = func(_, v string) error { return netnsutil.WritePathManager(v) }
+			}
+			if err := write(k, h.Sysctls[k]); err != nil {
 				if k == "net.ipv4.tcp_congestion_control" {
 					avail, _ := netnsutil.ReadSysctl("net.ipv4.tcp_available_congestion_control")
 					allowed, _ := netnsutil.ReadSysctl("net.ipv4.tcp_allowed_congestion_control")
@@ -254,8 +264,8 @@ func (w *World) startEmulator(ctx context.Context, o Options) error {
 			return fmt.Errorf("link emulator exited before it was ready: %s", strings.TrimSpace(string(tail)))
 		}
 		return fmt.Errorf("link emulator: %s", strings.TrimPrefix(s, "error: "))
-	case <-time.After(30 * time.Second):
-		return errors.New("link emulator did not become ready within 30s")
+	case <-time.After(timescale.Scaled(30 * time.Second)):
+		return fmt.Errorf("link emulator did not become ready within %v", timescale.Scaled(30*time.Second))
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -642,4 +652,23 @@ func stopProcess(pid int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = p.Signal(syscall.SIGKILL)
+}
+
+// kernelFeatures refuses a plan that needs what the running kernel lacks,
+// naming the feature, the version that introduced it and the variant key,
+// before anything is built.
+func kernelFeatures(plan *Plan) error {
+	for _, h := range plan.Hosts {
+		if h.PathManager != scenario.PMUserspace {
+			continue
+		}
+		key := "variant key path_manager: userspace"
+		if plan.Mptcpd != "" && h.Role == Client {
+			key = "variant key mptcpd"
+		}
+		if err := kernelfeat.Require(kernelfeat.Probe(), kernelfeat.UserspacePM, key); err != nil {
+			return err
+		}
+	}
+	return nil
 }

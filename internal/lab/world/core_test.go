@@ -349,11 +349,11 @@ func TestUserspacePathManager(t *testing.T) {
 	for host, want := range map[string]string{world.Client: "userspace", world.Server: "kernel"} {
 		var got string
 		err := netnsutil.Do(w.Host(host).NetNS, func() (err error) {
-			got, err = netnsutil.ReadSysctl("net.mptcp.path_manager")
+			got, err = netnsutil.ReadPathManager()
 			return err
 		})
 		if err != nil || got != want {
-			t.Errorf("%s: net.mptcp.path_manager = %q (%v), want %s", host, got, err, want)
+			t.Errorf("%s: path manager %q (%v), want %s", host, got, err, want)
 		}
 		eps, err := testutil.DialPM(t, w.Host(host).NetNS).Endpoints()
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/corepin"
 	"mpsteer/internal/lab/linkemu"
 	"mpsteer/internal/lab/scenario"
@@ -225,6 +226,10 @@ func startPinner(plan *Plan) (*corepin.Pinner, error) {
 			pr.Links = append(pr.Links, uint32(cl.ID))
 		}
 		pairs = append(pairs, pr)
+	}
+	// The pinning program attaches through TCX only (no clsact fallback).
+	if err := kernelfeat.RequireExactly(kernelfeat.Probe(), kernelfeat.TCX, "variant key spread: pinned"); err != nil {
+		return nil, err
 	}
 	pin, err := corepin.Load(pairs, MarkBase)
 	if err != nil {

@@ -1,0 +1,67 @@
+// Command kernelmatrix is make test-kernels' bookkeeping: `collect` turns
+// one kernel's run (go test JSON streams and doctor's JSON) into
+// results/kernels/VERSION.json and prints the kernel's one-line summary;
+// `doc` renders docs/kernels.md from a directory of those results.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"mpsteer/internal/kernelmatrix"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "kernelmatrix:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: kernelmatrix collect -in DIR -matrix NAME -where vm|host -wall SECONDS -out DIR | doc -in DIR -out FILE")
+	}
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	in := fs.String("in", "", "input directory")
+	out := fs.String("out", "", "output directory (collect) or file (doc)")
+	matrix := fs.String("matrix", "", "the kernel's name in the matrix")
+	where := fs.String("where", "vm", "vm or host")
+	wall := fs.Float64("wall", 0, "the run's wall time in seconds")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	switch args[0] {
+	case "collect":
+		r, err := kernelmatrix.Collect(*in, *matrix, *where)
+		if err != nil {
+			return err
+		}
+		r.WallSeconds = *wall
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*out, r.Kernel+".json"), append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Println(r.Summary())
+		return nil
+	case "doc":
+		rs, err := kernelmatrix.Load(*in)
+		if err != nil {
+			return err
+		}
+		if len(rs) == 0 {
+			return fmt.Errorf("no results in %s (make test-kernels writes them)", *in)
+		}
+		return os.WriteFile(*out, []byte(kernelmatrix.Render(rs)), 0o644)
+	}
+	return fmt.Errorf("unknown command %q (collect or doc)", args[0])
+}
