@@ -19,12 +19,24 @@ func init() { extraLabCommands = append(extraLabCommands, labSweepCmd) }
 
 // sweepPoint is one variant's value at its x.
 type sweepPoint struct {
-	Scenario, Series, Variant string
-	X, Y                      float64
+	Scenario string  `json:"scenario"`
+	Series   string  `json:"series"`
+	Variant  string  `json:"variant"`
+	X        float64 `json:"x"`
+	Y        float64 `json:"goodput_mbit"`
+}
+
+// LabSweepResult is `lab sweep --json`: the files written and the points
+// plotted.
+type LabSweepResult struct {
+	Plot   string       `json:"plot"`
+	Data   string       `json:"data"`
+	Points []sweepPoint `json:"points"`
 }
 
 func labSweepCmd() *cobra.Command {
 	var pattern, scenPattern, out, title, xlabel, defSeries string
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "sweep DIR... --variants REGEX --out FILE.png",
 		Short: "Plot goodput against a number in the variants' names (e.g. subflows per pair), one line per scenario and series; also writes FILE.csv",
@@ -128,8 +140,14 @@ func labSweepCmd() *cobra.Command {
 			if err := w.Error(); err != nil {
 				return err
 			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(LabSweepResult{Plot: out, Data: csvFile, Points: pts})
+			}
 			fmt.Printf("plot: %s\ndata: %s\n", out, csvFile)
-			return f.Close()
+			return nil
 		},
 	}
 	c.Flags().StringVar(&pattern, "variants", "", "regular expression over variant names, with a group x (the number) and optionally a group series")
@@ -138,6 +156,7 @@ func labSweepCmd() *cobra.Command {
 	c.Flags().StringVar(&title, "title", "goodput", "plot title")
 	c.Flags().StringVar(&xlabel, "xlabel", "x", "x axis label")
 	c.Flags().StringVar(&defSeries, "default-series", "", "series name of the variants whose series group is empty")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the files written and the points plotted (scenario, series, variant, x, goodput_mbit) as JSON")
 	c.MarkFlagRequired("variants")
 	return c
 }
