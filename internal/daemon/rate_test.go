@@ -2,8 +2,8 @@ package daemon_test
 
 import (
 	"fmt"
-	"math"
 	"net/netip"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,18 +23,27 @@ paths:
   - {name: b, rate: 50mbit, delay: 10ms}
 `
 
-// capTolerance is how far from its cap a capped subflow's rate may be in
-// TestLimitCapsASubflow. Measured on the 2-core test machine (docs/daemon.md,
-// "How rates are applied"): pacing within 1%, rwnd and cc within 2% when
-// the machine is quiet; under a load average of 10 and more every way has
-// been seen 3–5% off. The test allows 5% so that a loaded CI machine
-// passes and a cap that does not hold fails.
-const capTolerance = 0.05
+// How far from its cap a capped subflow's rate may be in
+// TestLimitCapsASubflow (docs/daemon.md, "How rates are applied", has the
+// figures measured). Above the cap: no way was seen more than 0.7% over,
+// and a loaded machine's late timestamps add some: a cap that leaks fails.
+// Below: every way slows when the machine is busy (rwnd and cc hold the
+// window to cap × SRTT, and a late ACK is rate lost), and a loaded 2-core
+// machine has been seen 11% under with the lab's traffic otherwise carried.
+const (
+	capOver  = 0.03
+	capUnder = 0.15
+)
 
 // rateWindow is how long the capped subflow's rate is measured, once the
 // cap holds: the window ends when the subflow has carried this long's
 // worth at its cap of 10 Mbit/s.
 const rateWindow = 3 * time.Second
+
+// keptUpMbit: in a window where path a's uncapped subflow carried less,
+// the machine did not keep up with the lab's traffic (the emulator is a
+// process): the window tells nothing of the cap, and another is measured.
+const keptUpMbit = 40
 
 // capBytes is what a subflow carries in d at the test's cap of 10 Mbit/s.
 func capBytes(d time.Duration) uint64 { return uint64(10e6 / 8 * d.Seconds()) }
@@ -42,8 +51,9 @@ func capBytes(d time.Duration) uint64 { return uint64(10e6 / 8 * d.Seconds()) }
 // The rate action end to end: the limit policy caps the subflow on path b
 // at 10 Mbit/s while an upload fills both paths; every way of capping
 // (pacing, rwnd, and the capping congestion control) holds it within
-// capTolerance, measured from the moment the daemon has applied the cap
-// and the subflow has come down to it. With the congestion control, the
+// capOver above and capUnder below, measured from the moment the daemon
+// has applied the cap and the subflow has come down to it, in a window in
+// which the machine kept up with the lab's traffic. With the congestion control, the
 // capped subflow runs it while capped and gets its own back when the
 // daemon exits (the daemon lifts its caps).
 func TestLimitCapsASubflow(t *testing.T) {
@@ -69,17 +79,32 @@ func TestLimitCapsASubflow(t *testing.T) {
 			// What follows the cap is behind (the subflow's ramp-up, or the
 			// drain of what it had queued at 50 Mbit/s): it has carried one
 			// second's worth at its cap since.
-			a0, _ := u.acked(b)
-			u.carry(b, a0+capBytes(time.Second), 20*time.Second)
+			since, _ := u.acked(b)
+			u.carry(b, since+capBytes(time.Second), 20*time.Second)
 			// The measurement: the time the subflow takes to carry
-			// rateWindow's worth at its cap.
-			b0, t0 := u.acked(b)
-			b1, t1 := u.carry(b, b0+capBytes(rateWindow), 20*time.Second)
-			got := float64(b1-b0) * 8 / 1e6 / t1.Sub(t0).Seconds()
-			t.Logf("%s: the capped subflow carried %.2f Mbit/s (cap 10, %+.1f%%) over %v, congestion control %v",
-				via, got, 100*(got/10-1), t1.Sub(t0).Round(time.Millisecond), capped)
-			if math.Abs(got/10-1) > capTolerance {
-				t.Fatalf("the subflow on path b carried %.2f Mbit/s, want 10 ± %.0f%%", got, 100*capTolerance)
+			// rateWindow's worth at its cap, and what path a's carried
+			// meanwhile; up to five windows, until one in which the machine
+			// kept up.
+			a := w.Path("a").Client.Addr
+			var got float64
+			for try := 1; ; try++ {
+				a0, _ := u.acked(a)
+				b0, t0 := u.acked(b)
+				b1, t1 := u.carry(b, b0+capBytes(rateWindow), 20*time.Second)
+				a1, _ := u.acked(a)
+				mbit := func(n uint64) float64 { return float64(n) * 8 / 1e6 / t1.Sub(t0).Seconds() }
+				got = mbit(b1 - b0)
+				t.Logf("%s: the capped subflow carried %.2f Mbit/s (cap 10, %+.1f%%) over %v, congestion control %v; path a's %.1f Mbit/s; load average %s",
+					via, got, 100*(got/10-1), t1.Sub(t0).Round(time.Millisecond), capped, mbit(a1-a0), loadAverage())
+				if mbit(a1-a0) >= keptUpMbit {
+					break
+				}
+				if try == 5 {
+					t.Fatalf("in 5 windows the machine never kept up with the lab's traffic (path a's subflow carried less than %d of its 50 Mbit/s): the cap cannot be judged here", keptUpMbit)
+				}
+			}
+			if got > 10*(1+capOver) || got < 10*(1-capUnder) {
+				t.Fatalf("the subflow on path b carried %.2f Mbit/s, want 10 (at most %.0f%% over, %.0f%% under)", got, 100*capOver, 100*capUnder)
 			}
 			if via == "cc" {
 				if len(capped) != 1 || !strings.HasPrefix(capped[0], "mpscap_") {
@@ -98,6 +123,16 @@ func TestLimitCapsASubflow(t *testing.T) {
 			u.stop()
 		})
 	}
+}
+
+// loadAverage is the machine's load average over the last minute, for
+// the log.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
 }
 
 // capApplied checks that status shows the limit policy's cap of rate on
