@@ -149,15 +149,18 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	if u.received() == 0 {
 		t.Fatal("nothing arrived")
 	}
-	u.stop()
 	st, err := cli.Client.Status()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clientHealth(st); err != nil {
 		t.Fatal(err)
 	}
 	ss, err := srv.Client.Status()
 	if err != nil {
 		t.Fatal(err)
 	}
+	u.stop()
 	if ss.Health == nil || ss.Health.Error != "" || !ss.Health.Report {
 		t.Fatalf("server's path-health program: %+v", ss.Health)
 	}
