@@ -23,14 +23,25 @@ func init() { extraLabCommands = append(extraLabCommands, labSweepCmd) }
 // (or, with --over, the median of its paired ratios to the baseline as a
 // gain in %), with the 95% interval when there is one.
 type sweepPoint struct {
-	Scenario, Series, Variant string
-	X                         float64
-	Est                       stats.Estimate
+	Scenario string         `json:"scenario"`
+	Series   string         `json:"series"`
+	Variant  string         `json:"variant"`
+	X        float64        `json:"x"`
+	Est      stats.Estimate `json:"value"`
+}
+
+// LabSweepResult is `lab sweep --json`: the files written, the figure
+// plotted and the points.
+type LabSweepResult struct {
+	Plot   string       `json:"plot"`
+	Data   string       `json:"data"`
+	Value  string       `json:"value"`
+	Points []sweepPoint `json:"points"`
 }
 
 func labSweepCmd() *cobra.Command {
 	var pattern, scenPattern, out, title, xlabel, defSeries, over, metric string
-	var logX bool
+	var logX, asJSON bool
 	c := &cobra.Command{
 		Use:   "sweep DIR... --variants REGEX --out FILE.png",
 		Short: "Plot goodput (or another figure, or the gain over a baseline) against a number in the variants' or scenarios' names (e.g. subflows per pair, VM pairs), one line per scenario and series; also writes FILE.csv",
@@ -177,8 +188,14 @@ variant/B over the rounds, as a change in % (B itself is left out).`,
 			if err := w.Error(); err != nil {
 				return err
 			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(LabSweepResult{Plot: out, Data: csvFile, Value: value, Points: pts})
+			}
 			fmt.Printf("plot: %s\ndata: %s\n", out, csvFile)
-			return f.Close()
+			return nil
 		},
 	}
 	c.Flags().StringVar(&pattern, "variants", "", "regular expression over variant names, with a group x (the number) and optionally a group series")
@@ -190,6 +207,7 @@ variant/B over the rounds, as a change in % (B itself is left out).`,
 	c.Flags().StringVar(&over, "over", "", "plot each variant's gain over this variant (the median of the paired ratios, as a change in %) instead of its value")
 	c.Flags().BoolVar(&logX, "log-x", false, "a logarithmic x axis, labelled at the points' x values (for 1, 2, 4, 8, 16 …)")
 	c.Flags().StringVar(&metric, "metric", "goodput_mbit", "the figure plotted (goodput_mbit, or another a run's summary has: retransmits, fct_median_ms, a metrics key, …)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the files written and the points plotted (scenario, series, variant, x, value: median with its 95% interval and n) as JSON")
 	c.MarkFlagRequired("variants")
 	return c
 }

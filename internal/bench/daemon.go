@@ -52,7 +52,7 @@ func startDaemon(binary, ns, config string) (*daemon, error) {
 		if i > 200 {
 			log, _ := os.ReadFile(logf.Name())
 			d.stop()
-			return nil, fmt.Errorf("daemon did not start: %s", log)
+			return nil, fmt.Errorf("the daemon did not answer within 10 s: %s", log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -480,14 +480,25 @@ func Control(ctx context.Context, binary string, n int) (*ControlResult, error) 
 	defer d.stop()
 	tctx, stopTraffic := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	b := &traffic.Bulk{ClientNS: h.Client, ServerNS: h.Server, Server: netip.AddrPortFrom(h.ServerAddr(1), 5201),
+		Proto: traffic.MPTCP, Upload: true, Duration: time.Hour}
 	go func() {
-		b := &traffic.Bulk{ClientNS: h.Client, ServerNS: h.Server, Server: netip.AddrPortFrom(h.ServerAddr(1), 5201),
-			Proto: traffic.MPTCP, Upload: true, Duration: time.Hour}
 		_, err := b.Run(tctx)
 		done <- err
 	}()
 	defer func() { stopTraffic(); <-done }()
-	time.Sleep(500 * time.Millisecond) // the transfer is running
+	// The transfer is running: the server reads bytes (ACKs arrive).
+	for deadline := time.Now().Add(10 * time.Second); b.Meter.Bytes() == 0; {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the upload the chains are measured on carried nothing in 10 s")
+		}
+		select {
+		case err := <-done:
+			done <- err // for the deferred wait
+			return nil, fmt.Errorf("the upload the chains are measured on ended before it carried anything: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 
 	var startTo, cmdDur, retTo []time.Duration
 	for i := 0; i < n && ctx.Err() == nil; i++ {

@@ -132,7 +132,7 @@ func observeOne(ctx context.Context, n int, progress func(string)) (ObserveResul
 			break
 		}
 		if time.Now().After(deadline) {
-			return res, fmt.Errorf("only %d of %d subflows appeared", len(sfs), n)
+			return res, fmt.Errorf("only %d of %d subflows appeared within 10 s", len(sfs), n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -117,15 +118,73 @@ func TestReloadKeepsModePolicies(t *testing.T) {
 	}
 }
 
-// The packaged default config parses, and so does its commented mode
-// section once uncommented.
+// The packaged default config parses and runs no policy; its commented
+// mode section, uncommented, parses too on a host with the interfaces it
+// names, and expands into what docs/daemon.md ("Presets") says: handover
+// with wlan0 as master is prefer on wlan0, wwan0 backup is the backup
+// policy on it, and under the userspace path manager fullmesh opens one
+// subflow per address pair on the allowed interfaces (not on the denied
+// docker0).
 func TestDefaultConfigParses(t *testing.T) {
 	modeEndpoints = func() ([]pm.Endpoint, error) { return nil, nil }
-	cfg, err := Load("../../deploy/mpsteer.yaml", policy.Env{})
+	const file = "../../deploy/mpsteer.yaml"
+	cfg, err := Load(file, policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.Policies) != 0 {
 		t.Fatalf("the default config runs %d policies; it must run none", len(cfg.Policies))
 	}
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncommented, n := uncommentMode(string(src))
+	if n < 2 {
+		t.Fatalf("%s has no commented mode section (a line \"#mode:\" and its indented lines) to uncomment", file)
+	}
+	ifs := map[string][]netip.Addr{
+		"wlan0": {netip.MustParseAddr("10.1.0.1")}, "wwan0": {netip.MustParseAddr("10.2.0.1")},
+		"docker0": {netip.MustParseAddr("172.17.0.1")},
+	}
+	for pmName, want := range map[string][]string{
+		policy.KernelPM:    {"mode: name: backup paths: - wwan0", "mode: name: prefer paths: - wlan0"},
+		policy.UserspacePM: {"mode: name: backup paths: - wwan0", "mode: name: prefer paths: - wlan0", "mode: interfaces: - wlan0 - wwan0 name: fullmesh subflows_per_pair: 1"},
+	} {
+		env := policy.Env{PathManager: pmName, Interfaces: func() map[string][]netip.Addr { return ifs },
+			Addrs: func(n string) ([]netip.Addr, bool) { a, ok := ifs[n]; return a, ok }}
+		cfg, err := Parse(file, []byte(uncommented), env)
+		if err != nil {
+			t.Fatalf("%s with its mode section uncommented (%d lines), %s path manager: %v\n%s", file, n, pmName, err, uncommented)
+		}
+		var got []string
+		for _, k := range cfg.PolicyKeys {
+			got = append(got, strings.Join(strings.Fields(k), " "))
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s path manager: the example's mode expands into\n%s\nwant\n%s", pmName, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+// uncommentMode uncomments the commented mode section of a config: the
+// line "#mode:" and the commented, indented lines that follow it. It
+// returns the config and how many lines it uncommented.
+func uncommentMode(src string) (string, int) {
+	lines := strings.Split(src, "\n")
+	n := 0
+	for i, l := range lines {
+		switch {
+		case n == 0 && l == "#mode:":
+		case n > 0 && strings.HasPrefix(l, "#  "):
+		default:
+			if n > 0 {
+				return strings.Join(lines, "\n"), n
+			}
+			continue
+		}
+		lines[i] = strings.TrimPrefix(l, "#")
+		n++
+	}
+	return strings.Join(lines, "\n"), n
 }

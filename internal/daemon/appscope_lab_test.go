@@ -40,15 +40,14 @@ func newCgroups(t *testing.T, names ...string) *cgroups {
 		for _, n := range append(names, "") {
 			dir := c.dir(n)
 			os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644)
-			var err error
-			for i := 0; i < 50; i++ { // the killed processes take a moment to go
-				if err = os.Remove(dir); err == nil || os.IsNotExist(err) {
-					err = nil
-					break
+			// The killed processes take a moment to go: the cgroup can be
+			// removed once they have.
+			if err := testutil.WaitFor(5*time.Second, func() error {
+				if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+					return err
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if err != nil {
+				return nil
+			}); err != nil {
 				t.Errorf("remove cgroup %s: %v", dir, err)
 			}
 		}

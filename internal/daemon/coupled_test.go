@@ -44,22 +44,18 @@ func TestCoupledWithRateCapsAndReload(t *testing.T) {
 		t.Fatalf("LIA registered as %q", lia)
 	}
 	a, b := w.Path("a").Client.Addr, w.Path("b").Client.Addr
-	u := startUpload(t, w, 6*time.Second)
-	testutil.Eventually(t, 3*time.Second, func() error {
+	u := startUpload(t, w)
+	testutil.Eventually(t, 20*time.Second, func() error {
 		if ca, cb := u.ccs(a), u.ccs(b); len(ca) != 1 || len(cb) != 1 || ca[0] != lia || cb[0] != lia {
 			return fmt.Errorf("subflows run %v and %v, want %s", ca, cb, lia)
 		}
-		return nil
+		return capApplied(d.Client.Status, b, "10mbit")
 	})
-	time.Sleep(2 * time.Second)
-	b0, t0 := u.acked(b), time.Now()
-	time.Sleep(3 * time.Second)
-	got := float64(u.acked(b)-b0) * 8 / 1e6 / time.Since(t0).Seconds()
-	t.Logf("the capped coupled subflow carried %.2f Mbit/s (cap 10)", got)
-	if got < 9 || got > 11 {
-		t.Errorf("the subflow on path b carried %.1f Mbit/s, want 10 ± 10%%", got)
+	got := capRate(t, u, w, "coupled lia, pacing")
+	if got > 10*(1+capOver) || got < 10*(1-capUnder) {
+		t.Errorf("the subflow on path b carried %.2f Mbit/s, want 10 (at most %.0f%% over, %.0f%% under)", got, 100*capOver, 100*capUnder)
 	}
-	u.wait()
+	u.stop()
 
 	if _, err := d.Client.Apply(api.ApplyRequest{File: d.Config, Config: "policies: []\n"}); err != nil {
 		t.Fatal(err)
@@ -67,14 +63,14 @@ func TestCoupledWithRateCapsAndReload(t *testing.T) {
 	if st, err := d.Client.Status(); err != nil || len(st.Coupled) != 0 {
 		t.Fatalf("after the reload, coupled in status: %v (%v)", st.Coupled, err)
 	}
-	u = startUpload(t, w, time.Second)
-	testutil.Eventually(t, 3*time.Second, func() error {
+	u = startUpload(t, w)
+	testutil.Eventually(t, 20*time.Second, func() error {
 		if ca, cb := u.ccs(a), u.ccs(b); len(ca) != 1 || len(cb) != 1 || strings.HasPrefix(ca[0], "mps") || strings.HasPrefix(cb[0], "mps") {
 			return fmt.Errorf("subflows run %v and %v, want the host's default", ca, cb)
 		}
 		return nil
 	})
-	u.wait()
+	u.stop()
 }
 
 // An MPTCP sink (Python: the test's own processes run in cgroups) and an

@@ -122,6 +122,10 @@ type Daemon struct {
 	in   *inbox
 	loop loopStats
 	ops  *ops
+	// watched is the config file the watcher follows, once its directory
+	// is watched and its content read (watch.go): a change from then on
+	// is seen.
+	watched atomic.Pointer[string]
 }
 
 // Run starts the daemon and blocks until ctx ends; then it undoes what it

@@ -1,17 +1,14 @@
 package daemon_test
 
 import (
-	"context"
 	"fmt"
 	"mpsteer/internal/lab/labtest"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"mpsteer/internal/api"
 	"mpsteer/internal/lab/scenario"
-	"mpsteer/internal/lab/traffic"
 	labworld "mpsteer/internal/lab/world"
 	"mpsteer/internal/sockops"
 	"mpsteer/internal/testutil"
@@ -29,33 +26,48 @@ paths:
   - {name: b, rate: 20mbit, delay: 5ms, queue: 100pkt}
 `
 
-// upload runs an MPTCP upload for d; at half time the receiver's last hop
-// on path b starts dropping 20% (loss true). It returns the bytes the
-// server got.
-func upload(t *testing.T, w *labworld.World, d time.Duration, loss bool) int64 {
+// loseOnB makes the receiver's last hop on path b drop 20%.
+func loseOnB(t *testing.T, w *labworld.World) {
 	t.Helper()
-	client, server := w.Host(labworld.Client).NetNS, w.Host(labworld.Server).NetNS
-	b := &traffic.Bulk{ClientNS: client, ServerNS: server, Server: netip.AddrPortFrom(w.Paths[0].Server.Addr, 5201),
-		Proto: traffic.MPTCP, Upload: true, Duration: d}
-	done := make(chan error, 1)
-	var res traffic.BulkResult
-	go func() {
-		var err error
-		res, err = b.Run(context.Background())
-		done <- err
-	}()
-	if loss {
-		time.Sleep(d / 2)
-		p := units.Fraction(0.2)
-		if _, err := labworld.Control(w.Dir, labworld.Request{Op: "set", Link: w.Path("b").Link, Dir: scenario.DirUp,
-			Patch: &scenario.Patch{Loss: &p}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := <-done; err != nil {
+	p := units.Fraction(0.2)
+	if _, err := labworld.Control(w.Dir, labworld.Request{Op: "set", Link: w.Path("b").Link, Dir: scenario.DirUp,
+		Patch: &scenario.Patch{Loss: &p}}); err != nil {
 		t.Fatal(err)
 	}
-	return res.Bytes
+}
+
+// clientHealth checks that the client's status has the path-health
+// program loaded, parsing, without error, and that the program armed
+// both paths' subflows (an unloaded program would "parse 0 reports" too).
+func clientHealth(st *api.Status) error {
+	switch {
+	case st.Health == nil:
+		return fmt.Errorf("client status without the path-health program")
+	case st.Health.Error != "" || !st.Health.Parse:
+		return fmt.Errorf("client's path-health program: parse %v, error %q", st.Health.Parse, st.Health.Error)
+	case st.Health.Program["subflows"] < 2:
+		return fmt.Errorf("the client's path-health program armed %d subflows, want both paths' (counters %v)", st.Health.Program["subflows"], st.Health.Program)
+	case len(subflowsOf(st)) < 2:
+		return fmt.Errorf("client status shows %d subflows, want both paths'", len(subflowsOf(st)))
+	}
+	return nil
+}
+
+// healthLoaded waits until the daemon's path-health program is loaded
+// (parse: it reads reports; else it writes them): it arms only the
+// subflows established after it, so a test's connection opens after.
+func healthLoaded(t *testing.T, d *testutil.Daemon, parse bool) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, func() error {
+		st, err := d.Client.Status()
+		if err != nil {
+			return err
+		}
+		if h := st.Health; h == nil || h.Error != "" || h.Program == nil || h.Parse != parse || h.Report == parse {
+			return fmt.Errorf("path-health program not loaded as wanted (parse %v): %+v", parse, st.Health)
+		}
+		return nil
+	})
 }
 
 func subflowsOf(st *api.Status) []api.SubflowStatus {
@@ -73,6 +85,8 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	w := labtest.World(t, healthPaths, "mptcp")
 	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: lab}\n")
 	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
+	healthLoaded(t, srv, false)
+	healthLoaded(t, cli, true)
 	bAddr := w.Path("b").Client.Addr.String()
 	check := func(st *api.Status) error {
 		if st == nil || st.Health == nil || !st.Health.Parse {
@@ -102,34 +116,53 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 		}
 		return nil
 	}
-	result := make(chan error, 1)
-	go func() {
-		// While the transfer runs (the loss starts at 3 s; it ends at 6 s
-		// with the connection), until the client has seen and acted.
-		time.Sleep(3500 * time.Millisecond)
-		var err error
-		for i := 0; i < 20; i++ {
-			st, _ := cli.Client.Status()
-			if err = check(st); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+	u := startUpload(t, w)
+	// Both paths' reports reach the client while they are good ...
+	testutil.Eventually(t, 15*time.Second, func() error {
+		st, err := cli.Client.Status()
+		if err != nil {
+			return err
 		}
-		result <- err
-	}()
-	if n := upload(t, w, 6*time.Second, true); n == 0 {
+		if err := clientHealth(st); err != nil {
+			return err
+		}
+		for _, sf := range subflowsOf(st) {
+			if sf.Health == nil || sf.Health.Direction != "received" {
+				return fmt.Errorf("subflow %s→%s has no report yet: %+v", sf.Local, sf.Remote, sf.Health)
+			}
+			if sf.Decision != nil && sf.Decision.Backup {
+				return fmt.Errorf("subflow %s→%s set aside before any loss: %+v", sf.Local, sf.Remote, sf.Decision)
+			}
+		}
+		return nil
+	})
+	// ... then path b's last hop starts losing, and the client sees it
+	// and sets the path aside while the transfer runs.
+	loseOnB(t, w)
+	testutil.Eventually(t, 15*time.Second, func() error {
+		st, err := cli.Client.Status()
+		if err != nil {
+			return err
+		}
+		return check(st)
+	})
+	if u.received() == 0 {
 		t.Fatal("nothing arrived")
-	}
-	if err := <-result; err != nil {
-		t.Fatal(err)
 	}
 	st, err := cli.Client.Status()
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := clientHealth(st); err != nil {
+		t.Fatal(err)
+	}
 	ss, err := srv.Client.Status()
 	if err != nil {
 		t.Fatal(err)
+	}
+	u.stop()
+	if ss.Health == nil || ss.Health.Error != "" || !ss.Health.Report {
+		t.Fatalf("server's path-health program: %+v", ss.Health)
 	}
 	p := ss.Health.Program
 	t.Logf("server: %v; client: %v", p, st.Health.Program)
@@ -146,14 +179,29 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 func TestHealthWithoutReceiverProgram(t *testing.T) {
 	w := labtest.World(t, healthPaths, "mptcp")
 	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
-	got := make(chan *api.Status, 1)
-	go func() { time.Sleep(2500 * time.Millisecond); st, _ := cli.Client.Status(); got <- st }()
-	if n := upload(t, w, 3*time.Second, false); n < 5<<20 {
-		t.Fatalf("only %d bytes in 3 s over 2×20 Mbit/s", n)
+	healthLoaded(t, cli, true)
+	u := startUpload(t, w)
+	// The transfer goes on as usual, the client's program armed both
+	// subflows, and the daemon has had rounds to act on them.
+	u.receive(5<<20, 10*time.Second)
+	testutil.Eventually(t, 10*time.Second, func() error {
+		st, err := cli.Client.Status()
+		if err != nil {
+			return err
+		}
+		return clientHealth(st)
+	})
+	cli.WaitRounds(t, 10)
+	st, err := cli.Client.Status()
+	if err != nil {
+		t.Fatal(err)
 	}
-	st := <-got
-	if st.Health.Program["parsed"] != 0 {
-		t.Fatalf("parsed %d reports from a peer that sends none", st.Health.Program["parsed"])
+	if err := clientHealth(st); err != nil {
+		t.Fatal(err)
+	}
+	u.stop()
+	if st.Health.Program["parsed"] != 0 || st.Health.Program["malformed"] != 0 {
+		t.Fatalf("parsed %d reports (malformed %d) from a peer that sends none", st.Health.Program["parsed"], st.Health.Program["malformed"])
 	}
 	for _, sf := range subflowsOf(st) {
 		if sf.Decision != nil || sf.Health != nil {
@@ -179,16 +227,40 @@ func TestHealthOptionStripped(t *testing.T) {
 	}
 	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: transport}\n")
 	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
-	got := make(chan *api.Status, 1)
-	go func() { time.Sleep(2500 * time.Millisecond); st, _ := cli.Client.Status(); got <- st }()
-	if n := upload(t, w, 3*time.Second, false); n < 5<<20 {
-		t.Fatalf("only %d bytes in 3 s over 2×20 Mbit/s", n)
-	}
-	st := <-got
-	ss, err := srv.Client.Status()
+	healthLoaded(t, srv, false)
+	healthLoaded(t, cli, true)
+	u := startUpload(t, w)
+	// The transfer goes on; the server writes reports and the middlebox
+	// strips them; the client's program armed both subflows, and its
+	// daemon has had rounds to act on them after the first was stripped.
+	u.receive(5<<20, 10*time.Second)
+	var ss *api.Status
+	testutil.Eventually(t, 10*time.Second, func() error {
+		var err error
+		if ss, err = srv.Client.Status(); err != nil {
+			return err
+		}
+		if ss.Health == nil || ss.Health.Error != "" || !ss.Health.Report {
+			return fmt.Errorf("server's path-health program: %+v", ss.Health)
+		}
+		if stripped, _ := strip.Stats(); ss.Health.Program["written"] == 0 || stripped == 0 {
+			return fmt.Errorf("the server wrote %d reports, the middlebox stripped %d packets", ss.Health.Program["written"], stripped)
+		}
+		st, err := cli.Client.Status()
+		if err != nil {
+			return err
+		}
+		return clientHealth(st)
+	})
+	cli.WaitRounds(t, 10)
+	st, err := cli.Client.Status()
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := clientHealth(st); err != nil {
+		t.Fatal(err)
+	}
+	u.stop()
 	stripped, left := strip.Stats()
 	t.Logf("server wrote %d reports, the middlebox stripped %d packets (left %d), client parsed %d",
 		ss.Health.Program["written"], stripped, left, st.Health.Program["parsed"])

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,40 +70,55 @@ func TestMetricsMatchTheKernel(t *testing.T) {
 		}
 		return out
 	}
-	checked := make(chan error, 1)
-	w.upload(t, 3*time.Second, func() {
-		time.Sleep(1500 * time.Millisecond)
-		before := established()
-		time.Sleep(300 * time.Millisecond) // past a daemon round
+	scrape := func() string {
+		t.Helper()
 		body, err := testutil.HTTPGetIn(w.h.Client, url)
-		after := established()
 		if err != nil {
-			checked <- err
-			return
+			t.Fatal(err)
 		}
-		checked <- compareWithKernel(body, before, after)
+		return body
+	}
+	sampledRounds := func() float64 {
+		t.Helper()
+		return series(scrape(), "mpsteer_round_duration_seconds_count")["mpsteer_round_duration_seconds_count"]
+	}
+	u := startUploadIn(t, w.h.Client, w.h.Server, netip.AddrPortFrom(w.h.ServerAddr(1), 5201))
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if n := len(established()); n < 2 {
+			return fmt.Errorf("the kernel shows %d established subflows, want 2", n)
+		}
+		return nil
 	})
-	if err := <-checked; err != nil {
+	// The kernel's numbers, then a scrape of what the daemon read after
+	// them, then the kernel's again. Each round takes the newest sample
+	// and the sampler reads one at a time: the fourth sampled round after
+	// the kernel was read is one whose sample was read after it.
+	before := established()
+	rounds := sampledRounds()
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if n := sampledRounds() - rounds; n < 4 {
+			return fmt.Errorf("the daemon ran %v sampled rounds since the kernel was read, want 4", n)
+		}
+		return nil
+	})
+	body := scrape()
+	after := established()
+	if err := compareWithKernel(body, before, after); err != nil {
 		b, _ := os.ReadFile(d.Log)
 		t.Fatalf("%v\ndaemon log:\n%s", err, b)
 	}
+	u.stop()
 	// The connection is gone: so are its subflows' series.
-	var body string
-	for i := 0; i < 30; i++ {
-		time.Sleep(100 * time.Millisecond)
-		var err error
-		if body, err = testutil.HTTPGetIn(w.h.Client, url); err != nil {
-			t.Fatal(err)
+	subflowSeries := []string{"mpsteer_subflow_srtt_seconds", "mpsteer_subflow_cwnd_packets", "mpsteer_subflow_bytes_acked_total", "mpsteer_subflow_backup"}
+	testutil.Eventually(t, 5*time.Second, func() error {
+		body = scrape()
+		for _, name := range subflowSeries {
+			if s := series(body, name); len(s) > 0 {
+				return fmt.Errorf("%s still has series after the connection closed: %v", name, s)
+			}
 		}
-		if len(series(body, "mpsteer_subflow_srtt_seconds")) == 0 {
-			break
-		}
-	}
-	for _, name := range []string{"mpsteer_subflow_srtt_seconds", "mpsteer_subflow_cwnd_packets", "mpsteer_subflow_bytes_acked_total", "mpsteer_subflow_backup"} {
-		if s := series(body, name); len(s) > 0 {
-			t.Errorf("%s still has series after the connection closed: %v", name, s)
-		}
-	}
+		return nil
+	})
 	if v := series(body, "mpsteer_policy_actions_total")[`mpsteer_policy_actions_total{kind="backup",policy="backup",result="applied"}`]; v < 1 {
 		t.Errorf("no applied backup action counted:\n%s", body)
 	}
@@ -283,14 +299,17 @@ func TestDaemonAsItsOwnUserWithCapabilities(t *testing.T) {
 		}
 	}()
 	c := api.NewClient(socket)
-	for i := 0; ; i++ {
-		if _, err := c.Status(); err == nil {
-			break
-		} else if i > 100 {
-			t.Fatalf("the daemon does not answer root: %v", err)
+	testutil.Eventually(t, 10*time.Second, func() error {
+		select {
+		case <-done:
+			return fmt.Errorf("the daemon exited")
+		default:
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if _, err := c.Status(); err != nil {
+			return fmt.Errorf("the daemon does not answer root: %v", err)
+		}
+		return nil
+	})
 	acked := w.upload(t, 2*time.Second, nil)
 	if s := share(acked, w.h.ClientAddr(1)); s < 0.9 {
 		t.Fatalf("the path that is not backup carried %.0f%% (%v): the capabilities did not suffice", s*100, acked)

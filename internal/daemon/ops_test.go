@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"mpsteer/internal/config"
 	"mpsteer/internal/policy"
+	"mpsteer/internal/testutil"
 )
 
 // testDaemon is a daemon without a kernel: what the ops read and reload.
@@ -57,16 +59,21 @@ func TestConfigFileChangeReloads(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if ok() {
-				return
+		if testutil.WaitFor(5*time.Second, func() error {
+			if !ok() {
+				return errors.New(what)
 			}
+			return nil
+		}) != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%s: not within 5s; log:\n%s", what, logs.String())
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("%s: not within 5s; log:\n%s", what, logs.String())
 	}
-	time.Sleep(100 * time.Millisecond) // the watch is in place
+	following := func(file string) func() bool {
+		return func() bool { f := d.watched.Load(); return f != nil && *f == file }
+	}
+	waitFor("the watch in place", following(file))
 	os.WriteFile(file, []byte("interval: 50ms\n"), 0o644)
 	waitFor("an edit applied", func() bool { return interval() == 50*time.Millisecond })
 	// An editor's save: write a new file, rename it over the old one.
@@ -118,7 +125,7 @@ func TestConfigFileChangeReloads(t *testing.T) {
 	if _, err := d.reload(cmFile, nil); err != nil { // as `policy apply` would switch files
 		t.Fatal(err)
 	}
-	time.Sleep(watchRecheck + 300*time.Millisecond) // the watcher follows the new file
+	waitFor("the watcher following the new file", following(cmFile))
 	os.Symlink("..v2", filepath.Join(cm, "..data_tmp"))
 	os.Rename(filepath.Join(cm, "..data_tmp"), filepath.Join(cm, "..data"))
 	waitFor("a ConfigMap update applied", func() bool { return interval() == 30*time.Millisecond })

@@ -48,20 +48,15 @@ func pairs(t *testing.T, s *observe.Sampler) map[string]int {
 	return out
 }
 
-// waitFor polls cond until it holds or d passes.
+// waitFor waits until cond holds (at most d); cond says what it saw.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
+	testutil.Eventually(t, d, func() error {
+		if ok, state := cond(); !ok {
+			return fmt.Errorf("%s (last: %s)", what, state)
 		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v (last: %s)", what, d, last)
+		return nil
+	})
 }
 
 // background runs a bulk upload until the test ends.
@@ -142,7 +137,9 @@ func TestFullmeshMeshesAnnouncesAndReopensAfterAnOutage(t *testing.T) {
 		p := pairs(t, s)
 		return p[a[1]+"→"+b[0]] == 0 && p[a[1]+"→"+b[1]] == 0, fmt.Sprint(p)
 	})
-	cst, _ = cli.Client.Status()
+	if cst, err = cli.Client.Status(); err != nil {
+		t.Fatal(err)
+	}
 	stalled := 0
 	for _, d := range actionsOf(cst, "destroy", "applied") {
 		if strings.Contains(d.Reason, "stalled") && strings.HasPrefix(d.Target, a[1]) {
@@ -153,16 +150,28 @@ func TestFullmeshMeshesAnnouncesAndReopensAfterAnOutage(t *testing.T) {
 		t.Fatalf("no stalled subflow closed: %+v", actionsOf(cst, "destroy", ""))
 	}
 	// While it is down, re-creation backs off: a handful of tries, not a
-	// storm (backoff 250 ms doubling to 1 s over ~2 s).
-	time.Sleep(2 * time.Second)
-	cst, _ = cli.Client.Status()
+	// storm (backoff 250 ms doubling to 1 s). The tries are counted over a
+	// window of 2 s (a measurement window, not a wait for anything), in
+	// which the daemon must have had its rounds to try again.
+	from, rounds := time.Now(), cli.Rounds(t)
+	<-time.After(2 * time.Second)
+	if cst, err = cli.Client.Status(); err != nil {
+		t.Fatal(err)
+	}
+	if ran := cst.Loop.Rounds - rounds; ran < 10 {
+		t.Fatalf("the daemon ran %d rounds in the 2 s window: too few to tell a backoff from a daemon that did not run", ran)
+	}
 	tries := 0
 	for _, c := range actionsOf(cst, "create", "") {
-		if strings.HasPrefix(c.Target, a[1]) && c.At.After(time.Now().Add(-2*time.Second)) {
+		if strings.HasPrefix(c.Target, a[1]) && !c.At.Before(from) {
 			tries++
 		}
 	}
-	if tries > 4*2*3 {
+	t.Logf("%d creation attempts on the failed link in the 2 s window", tries)
+	switch {
+	case tries == 0:
+		t.Fatal("no creation attempt in 2 s on the failed link: re-creation backs off, it does not stop (max_backoff 1s)")
+	case tries > 4*2*3:
 		t.Fatalf("%d creation attempts in 2 s on the failed link: no backoff", tries)
 	}
 	// Back: the mesh is whole again.
@@ -207,12 +216,31 @@ func TestIncrementalStaysSinglePathForShortFlowsAndGrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := testutil.StartDaemon(t, h.Client, "policies: [{name: incremental, steps: [300KiB, 2MiB]}]\n")
+	events := func() uint64 {
+		t.Helper()
+		st, err := cli.Client.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Loop.Triggers["event"]
+	}
+	ev0 := events()
 	short := &traffic.Bulk{ClientNS: h.Client, ServerNS: h.Server, Server: netip.AddrPortFrom(h.ServerAddr(1), 5202),
 		Proto: traffic.MPTCP, Upload: true, Size: 200 << 10}
 	if _, err := short.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := cli.Client.Status()
+	// The daemon took in the short connection's events and decided on it,
+	// and has had rounds to act since.
+	waitFor(t, 5*time.Second, "the daemon's rounds on the short connection's events", func() (bool, string) {
+		ev := events()
+		return ev > ev0, fmt.Sprintf("%d rounds on events", ev-ev0)
+	})
+	cli.WaitRounds(t, 5)
+	st, err := cli.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if cr := actionsOf(st, "create", ""); len(cr) != 0 {
 		t.Fatalf("a 200 KiB transfer got subflows: %+v", cr)
 	}
@@ -222,7 +250,9 @@ func TestIncrementalStaysSinglePathForShortFlowsAndGrows(t *testing.T) {
 		p := pairs(t, s)
 		return p[h.ClientAddr(2).String()+"→"+h.ServerAddr(1).String()] == 1, fmt.Sprint(p)
 	})
-	st, _ = cli.Client.Status()
+	if st, err = cli.Client.Status(); err != nil {
+		t.Fatal(err)
+	}
 	cr := actionsOf(st, "create", "applied")
 	if len(cr) != 1 || !strings.Contains(cr[0].Reason, "step 1 (300KiB)") {
 		t.Fatalf("creations %+v", cr)

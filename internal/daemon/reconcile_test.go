@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,18 +32,19 @@ func TestCrashStateErrorsAreSaid(t *testing.T) {
 	d := testutil.StartDaemonWith(t, w.h.Client, fmt.Sprintf("policies: [{name: backup, paths: [%s]}]\n", w.h.ClientAddr(1)),
 		"--state-dir", blocker)
 	c := d.Client
-	w.upload(t, 2*time.Second, func() {
-		testutil.Eventually(t, 5*time.Second, func() error {
-			st, err := c.Status()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(st.StateError, blocker) {
-				return fmt.Errorf("state_error %q, want one naming %s", st.StateError, blocker)
-			}
-			return nil
-		})
+	// While an upload runs (the daemon creates the endpoint then).
+	u := startUploadIn(t, w.h.Client, w.h.Server, netip.AddrPortFrom(w.h.ServerAddr(1), 5201))
+	testutil.Eventually(t, 5*time.Second, func() error {
+		st, err := c.Status()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(st.StateError, blocker) {
+			return fmt.Errorf("state_error %q, want one naming %s", st.StateError, blocker)
+		}
+		return nil
 	})
+	u.stop()
 }
 
 // A state file that cannot be parsed is said at start (and in status),

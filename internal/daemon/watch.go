@@ -80,6 +80,7 @@ func (d *Daemon) watchLoop(ctx context.Context, w *fsnotify.Watcher) {
 			dir = nd
 		}
 		file, sum = f, fileSum(f)
+		d.watched.Store(&f)
 	}
 	follow()
 	settle := time.NewTimer(time.Hour)

@@ -29,7 +29,7 @@ func TestAPIConcurrentClients(t *testing.T) {
 	w := newWorld(t, 2, false)
 	d := testutil.StartDaemon(t, w.h.Client, "interval: 100ms\npolicies: [{name: prefer, paths: [veth1]}]\n")
 	tr := startTransfer(t, w, 20e6)
-	time.Sleep(300 * time.Millisecond)
+	steering(t, d, tr, 2)
 	before, _ := ReadProc(pid(d))
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -57,8 +57,13 @@ func TestAPIConcurrentClients(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	time.Sleep(500 * time.Millisecond)
-	after, _ := ReadProc(pid(d))
+	// The daemon closes the clients' connections after they did: its
+	// file descriptors come back (or the record shows that they did not).
+	var after Proc
+	fdsBack := waitUntil(5*time.Second, func() bool {
+		after, _ = ReadProc(pid(d))
+		return after.FDs <= before.FDs
+	})
 	res := tr.stop()
 	if !res.intact() {
 		errs = append(errs, "transfer: "+res.String())
@@ -73,7 +78,7 @@ func TestAPIConcurrentClients(t *testing.T) {
 	record(t, Record{Case: "api-concurrent-clients", Fault: fmt.Sprintf("%d API clients at once, %d status requests each, during a transfer", clients, each),
 		Tried: clients * each, Survived: clients*each - len(errs), Lost: lost, Measured: map[string]any{
 			"p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": q(1),
-			"fds_before_after": []int{before.FDs, after.FDs}, "rss_kib_before_after": []uint64{before.RSSKiB, after.RSSKiB},
+			"fds_before_after": []int{before.FDs, after.FDs}, "fds_back_within_5s": fdsBack, "rss_kib_before_after": []uint64{before.RSSKiB, after.RSSKiB},
 		}}, start)
 }
 
@@ -162,14 +167,17 @@ func TestAPIHostileInput(t *testing.T) {
 	// Slow requests: a header trickled a byte at a time, and a body that
 	// never comes. Others are served meanwhile.
 	tried++
+	var slowMu sync.Mutex
 	slowDone := map[string]time.Duration{}
-	var wg sync.WaitGroup
+	var wg, started sync.WaitGroup
 	for _, kind := range []string{"slow-header", "slow-body"} {
 		wg.Add(1)
+		started.Add(1)
 		go func() {
 			defer wg.Done()
 			c, err := net.Dial("unix", d.Socket)
 			if err != nil {
+				started.Done()
 				return
 			}
 			defer c.Close()
@@ -177,20 +185,32 @@ func TestAPIHostileInput(t *testing.T) {
 			c.SetDeadline(time.Now().Add(pick(3*time.Second, 40*time.Second)))
 			if kind == "slow-body" {
 				c.Write([]byte("POST /v1/policies HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"))
+				started.Done()
 				io.ReadAll(c) // until the daemon gives up (or our deadline)
 			} else {
-				for _, b := range []byte("GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Slow: ") {
+				for i, b := range []byte("GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Slow: ") {
 					if _, err := c.Write([]byte{b}); err != nil {
+						if i == 0 {
+							started.Done()
+						}
 						break
 					}
+					if i == 0 {
+						started.Done()
+					}
+					// A byte every 100 ms: the slow client's pace.
 					time.Sleep(100 * time.Millisecond)
 				}
 				io.ReadAll(c)
 			}
+			slowMu.Lock()
 			slowDone[kind] = time.Since(t0)
+			slowMu.Unlock()
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Both slow requests are under way (connected, their first bytes
+	// sent): the status requests are served meanwhile.
+	started.Wait()
 	served := 0
 	for i := 0; i < 10; i++ {
 		if _, err := d.Client.Status(); err == nil {
@@ -220,8 +240,14 @@ func TestAPIHostileInput(t *testing.T) {
 	} else {
 		survived++
 	}
-	time.Sleep(500 * time.Millisecond)
-	after, _ := ReadProc(pid(d))
+	// The slow and the refused connections are closed: the daemon's file
+	// descriptors come back to what they were after the second round (or
+	// the record shows that they did not).
+	var after Proc
+	waitUntil(5*time.Second, func() bool {
+		after, _ = ReadProc(pid(d))
+		return after.FDs <= fdsAfter[1]
+	})
 	d.Stop(syscall.SIGTERM)
 	if !d.Cmd.ProcessState.Success() {
 		lost = append(lost, "exit: "+d.Cmd.ProcessState.String())

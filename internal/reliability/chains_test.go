@@ -38,12 +38,13 @@ func TestChainChurn(t *testing.T) {
 		}
 		return n
 	}
-	time.Sleep(500 * time.Millisecond)
+	steering(t, d, tr, 2)
 	// A baseline: retransmissions over as long without any chain
-	// operation (a loaded machine delays ACKs; tail-loss probes count).
+	// operation (a loaded machine delays ACKs; tail-loss probes count):
+	// a measurement window.
 	rb := retrans()
 	baseline := pick(1500*time.Millisecond, 25*time.Second)
-	time.Sleep(baseline)
+	<-time.After(baseline)
 	r0 := retrans()
 	baseRetrans := r0 - rb
 	cli := func(args ...string) (string, error) {

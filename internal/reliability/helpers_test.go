@@ -222,10 +222,11 @@ func seedBytes(s uint64) (b [32]byte) {
 	return b
 }
 
-// flowing reports the bytes the receiver got during d.
+// flowing reports the bytes the receiver got during d (a measurement
+// window: the caller wants the count over that time).
 func (tr *transfer) flowing(d time.Duration) int64 {
 	before := tr.recv.Load()
-	time.Sleep(d)
+	<-time.After(d)
 	return tr.recv.Load() - before
 }
 
@@ -387,15 +388,52 @@ func pick[T any](short, soak T) T {
 	return short
 }
 
+// waitUntil waits until cond holds, at most d; it reports whether it
+// does.
 func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
+	return testutil.WaitFor(d, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}) == nil
+}
+
+// steering waits until the daemon d steers the transfer tr: bytes arrive,
+// and the daemon's status shows the connection with at least subflows
+// subflows. Tests measure and fault what runs, never a guessed delay after
+// the start.
+func steering(t *testing.T, d *testutil.Daemon, tr *transfer, subflows int) {
+	t.Helper()
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if tr.recv.Load() == 0 {
+			return errors.New("no byte of the transfer arrived")
+		}
+		st, err := d.Client.Status()
+		if err != nil {
+			return err
+		}
+		for _, c := range st.Connections {
+			if len(c.Subflows) >= subflows {
+				return nil
+			}
+		}
+		return fmt.Errorf("the daemon shows no connection with %d subflows: %+v", subflows, st.Connections)
+	})
+}
+
+// trigger is how many rounds of the daemon's loop the trigger started
+// (status loop.triggers).
+func trigger(t *testing.T, d *testutil.Daemon, name string) uint64 {
+	t.Helper()
+	st, err := d.Client.Status()
+	if err != nil {
+		t.Fatalf("status: %v", err)
 	}
-	return cond()
+	if st.Loop == nil {
+		t.Fatal("status has no loop section")
+	}
+	return st.Loop.Triggers[name]
 }
 
 // showLog logs the daemon's log when MPSTEER_REL_LOG is set (debugging).

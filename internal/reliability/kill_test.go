@@ -120,17 +120,27 @@ func killOnce(t *testing.T, kc killCase) (ok bool, why string, flow int64, leftB
 		chain = "persist: " + dir + "/state\n" + chain
 	}
 	d := testutil.StartDaemon(t, w.h.Client, "interval: 100ms\npolicies: ["+kc.policies+"]\n"+chain)
-	time.Sleep(1500 * time.Millisecond)
-	st, err := d.Client.Status()
-	if err != nil {
-		return false, "status before the kill: " + err.Error(), 0, 0
+	// Killed mid-transfer: the daemon steers it (it shows the connection
+	// with two subflows or more, its chain has counted packets) and has
+	// had rounds to act on it.
+	steering(t, d, tr, 2)
+	var chainsBefore []datapath.ChainStatus
+	if err := testutil.WaitFor(10*time.Second, func() error {
+		if err := d.Client.Do("GET", "/v1/chains", nil, &chainsBefore); err != nil {
+			return err
+		}
+		if len(chainsBefore) != 1 || chainsBefore[0].Seen == 0 {
+			return fmt.Errorf("want one chain that counted packets: %+v", chainsBefore)
+		}
+		return nil
+	}); err != nil {
+		return false, "chains before the kill: " + err.Error(), 0, 0
 	}
+	d.WaitRounds(t, 5)
 	links := linkIDs(t, pid(d))
 	if len(links) == 0 {
 		return false, "the daemon holds no BPF link before the kill (the chain's)", 0, 0
 	}
-	_ = st
-	var chainsBefore []datapath.ChainStatus
 	if err := d.Client.Do("GET", "/v1/chains", nil, &chainsBefore); err != nil || len(chainsBefore) != 1 {
 		return false, fmt.Sprintf("chains before the kill: %v %v", chainsBefore, err), 0, 0
 	}
@@ -151,7 +161,7 @@ func killOnce(t *testing.T, kc killCase) (ok bool, why string, flow int64, leftB
 	}
 	d2 := testutil.StartDaemon(t, w.h.Client, next)
 	var chains []datapath.ChainStatus
-	err = d2.Client.Do("GET", "/v1/chains", nil, &chains)
+	err := d2.Client.Do("GET", "/v1/chains", nil, &chains)
 	switch {
 	case err != nil:
 		probs = append(probs, "next daemon's chains: "+err.Error())

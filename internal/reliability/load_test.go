@@ -15,6 +15,9 @@ import (
 
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/testutil"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // loadLinks: 1 initial subflow and one per endpoint of the 8 others.
@@ -80,13 +83,31 @@ func TestLoadSubflows(t *testing.T) {
 			return int(have) >= target
 		})
 		settled := time.Since(t0)
-		// Let what the ramp-up left behind age out (prefer keeps 5 s of
-		// RTT samples per subflow) before measuring the steady state.
-		time.Sleep(pick(time.Second, 6*time.Second))
+		// The ramp-up is over: ten sampled rounds in a row without a
+		// path-manager event.
+		quiet := func() (events, rounds float64) {
+			m := metricsText(t, w.h.Client)
+			e, _ := Metric(m, "mpsteer_pm_events_total")
+			return e, metric(t, m, "mpsteer_round_duration_seconds_count")
+		}
+		e0, r0 := quiet()
+		waitUntil(60*time.Second, func() bool {
+			e, r := quiet()
+			if e != e0 {
+				e0, r0 = e, r
+			}
+			return r-r0 >= 10
+		})
+		if Soak() {
+			// Under soak, what the ramp-up left behind ages out too
+			// (prefer keeps 5 s of RTT samples per subflow) before the
+			// steady state is measured.
+			<-time.After(6 * time.Second)
+		}
 		m0 := metricsText(t, w.h.Client)
 		p0, _ := ReadProc(pid(d))
 		w0 := time.Now()
-		time.Sleep(window)
+		<-time.After(window) // the measurement window
 		// RSS before the scrape too: building a scrape's per-subflow series
 		// (9 per subflow) takes memory of its own.
 		pre, _ := ReadProc(pid(d))
@@ -108,7 +129,7 @@ func TestLoadSubflows(t *testing.T) {
 		}
 		ep0, _ := Metric(m0, "mpsteer_policy_actions_total", "kind=backup")
 		ep1, _ := Metric(m1, "mpsteer_policy_actions_total", "kind=backup")
-		refused, _ := Metric(m1, `mpsteer_policy_actions_total{kind="backup",policy="prefer",result="refused"}`)
+		refused, _ := Metric(m1, "mpsteer_policy_actions_total", "kind=backup", "policy=prefer", "result=refused")
 		_, stErr := d.Client.Status()
 		answers := 0
 		if stErr == nil {
@@ -272,10 +293,27 @@ func histQuantile(m0, m1, name string, q float64) float64 {
 	return les[len(les)-1]
 }
 
+// summaryQuantile is a summary's quantile q (e.g. "0.99") in Prometheus
+// text; 0 when it has none or no observation.
 func summaryQuantile(m, name, q string) float64 {
-	v, _ := Metric(m, name+`{quantile="`+q+`"}`)
-	if math.IsNaN(v) {
+	want, err := strconv.ParseFloat(q, 64)
+	if err != nil {
 		return 0
 	}
-	return v
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(m))
+	if err != nil || fams[name] == nil {
+		return 0
+	}
+	for _, s := range fams[name].Metric {
+		if s.Summary == nil {
+			continue
+		}
+		for _, qv := range s.Summary.Quantile {
+			if qv.GetQuantile() == want && !math.IsNaN(qv.GetValue()) {
+				return qv.GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -72,17 +72,21 @@ func TestWorldChanges(t *testing.T) {
 				wc = worldChanges(w.h.Client)[indexOf(wc.name)]
 				tr := startTransfer(t, w, 20e6)
 				d := testutil.StartDaemon(t, w.h.Client, "interval: 100ms\npolicies: [{name: prefer, paths: [veth1]}]\n")
-				time.Sleep(500 * time.Millisecond)
+				steering(t, d, tr, 2)
 				var probs []string
-				// The change holds until the daemon said so (it looks once
-				// a second), or 1.5 s when there is nothing to say.
+				// The change holds until the daemon has seen it: it said so
+				// (it looks at the sysctls once a second), or, when there is
+				// nothing to say, an interface or address event started a
+				// round; then it has had rounds under the change.
+				ifaceRounds := trigger(t, d, "interface")
 				said := func(i int) {
-					if i >= len(wc.says) {
-						time.Sleep(1500 * time.Millisecond)
-						return
+					if i < len(wc.says) {
+						waitUntil(10*time.Second, func() bool { return logLines(t, d, wc.says[i]) > 0 })
+					} else {
+						waitUntil(10*time.Second, func() bool { return trigger(t, d, "interface") > ifaceRounds })
+						ifaceRounds = trigger(t, d, "interface")
 					}
-					waitUntil(10*time.Second, func() bool { return logLines(t, d, wc.says[i]) > 0 })
-					time.Sleep(300 * time.Millisecond)
+					d.WaitRounds(t, 5)
 				}
 				if err := wc.do(t, w); err != nil {
 					t.Fatal(err)
@@ -150,15 +154,29 @@ func TestWorldChanges(t *testing.T) {
 			before := w.endpoints(t)
 			d := testutil.StartDaemon(t, w.h.Client, "interval: 100ms\npolicies: [{name: backup, paths: [veth2]}]\n")
 			tr := startTransfer(t, w, 20e6)
-			time.Sleep(time.Second)
+			steering(t, d, tr, 2)
 			res := tr.stop()
 			if err := netnsutil.Delete(w.h.Client); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(500 * time.Millisecond)
+			// The daemon runs its rounds without the name, and answers.
 			var probs []string
-			if _, err := d.Client.Status(); err != nil {
-				probs = append(probs, "no answer after the namespace was deleted: "+err.Error())
+			var from uint64
+			first := true
+			if err := testutil.WaitFor(10*time.Second, func() error {
+				st, err := d.Client.Status()
+				if err != nil {
+					return fmt.Errorf("no answer after the namespace was deleted: %v", err)
+				}
+				if first {
+					from, first = st.Loop.Rounds, false
+				}
+				if st.Loop.Rounds < from+5 {
+					return fmt.Errorf("%d rounds since the namespace was deleted, want 5", st.Loop.Rounds-from)
+				}
+				return nil
+			}); err != nil {
+				probs = append(probs, err.Error())
 			}
 			d.Stop(syscall.SIGTERM)
 			if d.Cmd.ProcessState == nil || !d.Cmd.ProcessState.Success() || logLines(t, d, "changes undone") != 1 {

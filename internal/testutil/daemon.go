@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,4 +113,45 @@ func (d *Daemon) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// Rounds is the number of rounds the daemon's reconcile loop has run
+// (status loop.rounds).
+func (d *Daemon) Rounds(t testing.TB) uint64 {
+	t.Helper()
+	st, err := d.Client.Status()
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	if st.Loop == nil {
+		t.Fatalf("status has no loop section: is %s an older mpsteer?", Binary(t))
+	}
+	return st.Loop.Rounds
+}
+
+// WaitRounds waits until the daemon's reconcile loop has run n more
+// rounds: the daemon has had n chances to act on what it sees (a test that
+// checks it did not act waits for them, never for a guessed time).
+func (d *Daemon) WaitRounds(t testing.TB, n uint64) {
+	t.Helper()
+	from := d.Rounds(t)
+	// A round runs at least every sampling interval (default 100 ms);
+	// a loaded machine stretches it.
+	Eventually(t, time.Duration(n)*time.Second+10*time.Second, func() error {
+		st, err := d.Client.Status()
+		if err != nil {
+			return err
+		}
+		if st.Loop == nil || st.Loop.Rounds < from+n {
+			return fmt.Errorf("the daemon ran %d of %d rounds", roundsSince(st, from), n)
+		}
+		return nil
+	})
+}
+
+func roundsSince(st *api.Status, from uint64) uint64 {
+	if st.Loop == nil || st.Loop.Rounds < from {
+		return 0
+	}
+	return st.Loop.Rounds - from
 }

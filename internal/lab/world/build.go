@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/scenario"
@@ -599,7 +600,7 @@ func hashParent(lab string) (string, error) {
 func down(name, dir string, emuPID int) error {
 	var errs error
 	if emuPID > 0 && isOurEmulator(emuPID, dir) {
-		stopProcess(emuPID)
+		errs = stopProcess(emuPID)
 	}
 	nss, _ := netnsutil.List(NSPrefix + name + "-")
 	for _, ns := range nss {
@@ -619,13 +620,14 @@ func down(name, dir string, emuPID int) error {
 // removeNS stops the processes the lab started inside a namespace, then
 // deletes it. Only lab namespaces (named mps-…) are passed here.
 func removeNS(ns string) error {
+	var errs error
 	pids, _ := netnsutil.PIDs(ns)
 	for _, p := range pids {
 		if p != os.Getpid() {
-			stopProcess(p)
+			errs = errors.Join(errs, stopProcess(p))
 		}
 	}
-	return netnsutil.Delete(ns)
+	return errors.Join(errs, netnsutil.Delete(ns))
 }
 
 // isOurEmulator checks that pid is still the emulator of this state
@@ -639,19 +641,44 @@ func isOurEmulator(pid int, dir string) bool {
 	return len(args) >= 4 && args[1] == "lab" && args[2] == "emulate" && strings.Contains(string(b), dir)
 }
 
-func stopProcess(pid int) {
-	p, err := os.FindProcess(pid)
+// stopProcess ends a process the lab started: SIGTERM, then SIGKILL if it
+// has not exited within a second. Its exit is waited for on a pidfd (it
+// is not this process's child, and a pidfd never names a recycled pid).
+func stopProcess(pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return
+		return nil // gone already
 	}
-	_ = p.Signal(syscall.SIGTERM)
-	for i := 0; i < 50; i++ {
-		if syscall.Kill(pid, 0) != nil {
-			return
+	defer unix.Close(fd)
+	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGKILL} {
+		if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+			return nil // it has exited
 		}
-		time.Sleep(20 * time.Millisecond)
+		if exited(fd, time.Second) {
+			return nil
+		}
 	}
-	_ = p.Signal(syscall.SIGKILL)
+	return fmt.Errorf("process %d did not exit within 1 s of SIGTERM, nor of SIGKILL", pid)
+}
+
+// exited waits until the process of a pidfd has exited (the pidfd turns
+// readable), at most d.
+func exited(fd int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left < 0 {
+			left = 0
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds()))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return false
+		}
+		return n > 0
+	}
 }
 
 // kernelFeatures refuses a plan that needs what the running kernel lacks,

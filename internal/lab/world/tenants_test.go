@@ -2,6 +2,7 @@ package world_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -136,22 +137,37 @@ func TestTenantsWorld(t *testing.T) {
 				t.Fatalf("server VM endpoints %v, %v", eps, err)
 			}
 			s := testutil.Sampler(t, vm1.NetNS)
-			b := &traffic.Bulk{ClientNS: vm1.NetNS, ServerNS: vm2.NetNS, Server: netip.AddrPortFrom(vm2.Addr, 5201), Proto: traffic.MPTCP, Upload: true, Duration: time.Second}
+			b := &traffic.Bulk{ClientNS: vm1.NetNS, ServerNS: vm2.NetNS, Server: netip.AddrPortFrom(vm2.Addr, 5201), Proto: traffic.MPTCP, Upload: true, Duration: time.Minute}
+			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { _, err := b.Run(context.Background()); done <- err }()
-			time.Sleep(600 * time.Millisecond)
-			sfs, _ := s.Subflows()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			ports := map[uint16]bool{}
-			for _, sf := range sfs {
-				if sf.Token != 0 && sf.Remote.Addr() == vm2.Addr && sf.Local.Addr() == vm1.Addr {
-					ports[sf.Remote.Port()] = true
+			go func() { _, err := b.Run(ctx); done <- err }()
+			// The connection's subflows to the server's three ports, and
+			// 2 MiB carried (what the links' counters are checked for).
+			err = testutil.WaitFor(10*time.Second, func() error {
+				sfs, err := s.Subflows()
+				if err != nil {
+					return err
 				}
+				ports := map[uint16]bool{}
+				for _, sf := range sfs {
+					if sf.Token != 0 && sf.Remote.Addr() == vm2.Addr && sf.Local.Addr() == vm1.Addr {
+						ports[sf.Remote.Port()] = true
+					}
+				}
+				if len(ports) != 3 {
+					return fmt.Errorf("subflows to the server's ports %v, want 5201, 5301, 5302", ports)
+				}
+				if n := b.Meter.Bytes(); n < 2<<20 {
+					return fmt.Errorf("%d B carried, want 2 MiB", n)
+				}
+				return nil
+			})
+			cancel()
+			if uerr := <-done; uerr != nil && !errors.Is(uerr, context.Canceled) {
+				t.Fatal(uerr)
 			}
-			if len(ports) != 3 {
-				t.Errorf("subflows to the server's ports %v, want 5201, 5301, 5302", ports)
+			if err != nil {
+				t.Error(err)
 			}
 			resp, err := world.Control(w.Dir, world.Request{Op: "stats"})
 			if err != nil {

@@ -2,6 +2,7 @@ package subflowiter_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -88,17 +89,15 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 		diag := testutil.Sampler(t, ns)
 		var fromDiag, fromIter []observe.Subflow
 		// Wait for every join, and for the data to be acknowledged.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			fromDiag, err = diag.Subflows()
-			if err != nil {
+		testutil.Eventually(t, 10*time.Second, func() error {
+			if fromDiag, err = diag.Subflows(); err != nil {
 				t.Fatal(err)
 			}
-			if len(fromDiag) == 2*conns && idle(fromDiag) || time.Now().After(deadline) {
-				break
+			if len(fromDiag) != 2*conns || !idle(fromDiag) {
+				return fmt.Errorf("%d subflows, want %d, all idle", len(fromDiag), 2*conns)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 		if err := netnsutil.Do(ns, func() error {
 			fromIter, err = it.Subflows(nil)
 			return err
