@@ -18,6 +18,7 @@ import (
 	"mpsteer/internal/mptcpize"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/testutil"
+	"mpsteer/internal/timescale"
 )
 
 // mptcpCounters reads a namespace's MPTcpExt counters (nstat's
@@ -89,10 +90,8 @@ func TestUnmodifiedApplicationsSwitchInTheScopedCgroupOnly(t *testing.T) {
 		for _, n := range append(names, "") {
 			dir := filepath.Join(base, n)
 			os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644)
-			deadline := time.Now().Add(2 * time.Second)
-			for os.Remove(dir) != nil && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond) // the killed processes take a moment to go
-			}
+			// The killed processes take a moment to go.
+			testutil.WaitFor(2*time.Second, func() error { return os.Remove(dir) })
 			if _, err := os.Stat(dir); err == nil {
 				t.Errorf("cgroup %s left behind", dir)
 			}
@@ -135,21 +134,16 @@ func TestUnmodifiedApplicationsSwitchInTheScopedCgroupOnly(t *testing.T) {
 	} {
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, timescale.Scaled(20*time.Second), func() error {
 		out, _ := exec.Command("ip", "netns", "exec", h.Server, "ss", "-Htln").CombinedOutput()
-		if strings.Contains(string(out), ":8080") && strings.Contains(string(out), ":5201") {
-			// And they are MPTCP listeners: ss -M lists MPTCP sockets only.
-			mp, _ := exec.Command("ip", "netns", "exec", h.Server, "ss", "-HlnM").CombinedOutput()
-			if !strings.Contains(string(mp), ":8080") || !strings.Contains(string(mp), ":5201") {
-				t.Fatalf("the servers listen, but not on MPTCP sockets (ss -lnM):\n%s", mp)
-			}
-			break
+		if !strings.Contains(string(out), ":8080") || !strings.Contains(string(out), ":5201") {
+			return fmt.Errorf("the servers do not listen: %s", out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the servers do not listen: %s", out)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the listeners, as ss shows them
+		return nil
+	})
+	// And they are MPTCP listeners: ss -M lists MPTCP sockets only.
+	if mp, _ := exec.Command("ip", "netns", "exec", h.Server, "ss", "-HlnM").CombinedOutput(); !strings.Contains(string(mp), ":8080") || !strings.Contains(string(mp), ":5201") {
+		t.Fatalf("the servers listen, but not on MPTCP sockets (ss -lnM):\n%s", mp)
 	}
 
 	url := fmt.Sprintf("http://%s:8080/file", h.ServerAddr(1))
