@@ -21,6 +21,9 @@ var notReporting = map[string]string{
 	"mpsteer lab emulate": "the lab's emulator process (hidden), started by lab up",
 	"mpsteer lab exec":    "runs a command in a lab host: the output is the command's",
 	"mpsteer man":         "writes man pages",
+	"mpsteer bench-sink":  "the overhead bench's hidden server process, started by bench overhead",
+	"mpsteer docs render": "rewrites the documents (or, with --check, exits non-zero naming each figure that differs): its result is the files and the exit status",
+	"mpsteer docs legacy": "rewrites docs/data's converted files from their sources: its result is the files",
 }
 
 // Every command that reports takes --json: the whole command tree is

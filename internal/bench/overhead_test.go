@@ -71,7 +71,9 @@ func TestOverheadShort(t *testing.T) {
 		if n == 1 && (sub > 1.2*pair || sub < 0.8*pair) {
 			t.Errorf("1 flow: one subflow's share %.4f, path 1's %.4f; want them alike", sub, pair)
 		}
-		if every != 1 || !(data < 1 && data > 0) || !(pair < data && pair > 0) || !(sub > 0) || (n > 1 && sub >= pair) {
+		// "Every packet" selects every TCP packet the chain sees: a
+		// packet it cannot parse (too short) is skipped, not selected.
+		if every < 0.999 || every > 1 || !(data < 1 && data > 0) || !(pair < data && pair > 0) || !(sub > 0) || (n > 1 && sub >= pair) {
 			t.Errorf("%d flows: selected shares every %.3f, data %.3f, pair %.3f, subflow %.4f; want 1 > data > pair > 0, and one subflow a part of path 1", n, every, data, pair, sub)
 		}
 	}

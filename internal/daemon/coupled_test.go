@@ -56,6 +56,14 @@ func TestCoupledWithRateCapsAndReload(t *testing.T) {
 		t.Errorf("the subflow on path b carried %.2f Mbit/s, want 10 (at most %.0f%% over, %.0f%% under)", got, 100*capOver, 100*capUnder)
 	}
 	u.stop()
+	// The next connection's subflows are told apart by being the only
+	// ones: the old connection's go first.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if ca, cb := u.ccs(a), u.ccs(b); len(ca)+len(cb) > 0 {
+			return fmt.Errorf("the stopped upload's subflows are still there (%v, %v)", ca, cb)
+		}
+		return nil
+	})
 
 	if _, err := d.Client.Apply(api.ApplyRequest{File: d.Config, Config: "policies: []\n"}); err != nil {
 		t.Fatal(err)
