@@ -155,7 +155,9 @@ func TestATSSSBadInputIsRefused(t *testing.T) {
 	} {
 		env := Env{}
 		if tc.name == "unknown interface" {
-			env.Interfaces = func() map[string][]netip.Addr { return map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.9.0.1")}} }
+			env.Interfaces = func() map[string][]netip.Addr {
+				return map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.9.0.1")}}
+			}
 			env.Addrs = func(string) ([]netip.Addr, bool) { return nil, false }
 		}
 		_, err := parseATSSS(t, tc.src, env)
