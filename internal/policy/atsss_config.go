@@ -92,7 +92,7 @@ type SmallestDelayConfig struct {
 	// reported over this window (its own queue's spikes do not count).
 	RTTWindow time.Duration `yaml:"rtt_window" min:"0s" max:"10s"`
 	// ProbeInterval: an access that does not carry the traffic is made
-	// usable this often, for a probe of 3 of its RTTs (at least 200 ms),
+	// usable this often, for a probe of 2 of its RTTs (at least 200 ms),
 	// so that its RTT stays measured.
 	ProbeInterval time.Duration `yaml:"probe_interval" min:"100ms" max:"1h"`
 }
@@ -127,7 +127,7 @@ type ThresholdConfig struct {
 	Loss       units.Fraction `yaml:"loss" min:"0%" max:"100%"`
 	Hysteresis units.Fraction `yaml:"hysteresis" min:"0%" max:"99%"`
 	// ProbeInterval: an access out of use is probed this often: usable
-	// for 3 of its RTTs (at least 200 ms), its RTT and loss measured.
+	// for 2 of its RTTs (at least 200 ms), its RTT and loss measured.
 	ProbeInterval time.Duration `yaml:"probe_interval" min:"100ms" max:"1h"`
 	// LossWindow and MinSegments: loss is retransmitted over sent
 	// segments over the window, known once this many were sent in it.

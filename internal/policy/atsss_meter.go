@@ -173,12 +173,14 @@ func (m *accMeter) limitedShare(now time.Time, window time.Duration) (float64, i
 
 // stalled reports whether a subflow is unavailable for now: a
 // retransmission timeout is pending, or data is outstanding and no ACK
-// came for two of its RTTs (at least 100 ms).
+// came for four of its RTTs (at least 500 ms: a receiver that waits on
+// another subflow's data holds ACKs back for a while; that is no reason
+// to move a split).
 func stalled(sf observe.Subflow) (bool, string) {
 	switch {
 	case sf.Backoff > 0 || sf.CAState == 4:
 		return true, fmt.Sprintf("retransmission timeout pending (backoff %d)", sf.Backoff)
-	case sf.Unacked > 0 && sf.LastAckRecv > max(2*sf.SRTT, 100*time.Millisecond):
+	case sf.Unacked > 0 && sf.LastAckRecv > max(4*sf.SRTT, 500*time.Millisecond):
 		return true, fmt.Sprintf("no ACK for %s with data outstanding", fmtMs(sf.LastAckRecv))
 	}
 	return false, ""
@@ -278,7 +280,7 @@ func (g *gate) step(now time.Time, th *ThresholdConfig, m *accMeter, newPoint bo
 	case !now.Before(g.nextProbe):
 		g.probes++
 		g.probeFrom = p
-		g.probeUntil = now.Add(max(3*p.srtt, 200*time.Millisecond))
+		g.probeUntil = now.Add(probeLength(p.srtt))
 	}
 }
 
@@ -292,3 +294,9 @@ func joinReasons(s []string) string {
 	}
 	return out
 }
+
+// probeLength is how long a probe makes an access usable: two of its
+// RTTs (the first ACKs of what it sends arrive after one; a subflow idle
+// that long restarts from its initial window, so a probe carries a few
+// tens of segments), at least 200 ms (two of the daemon's samples).
+func probeLength(srtt time.Duration) time.Duration { return max(2*srtt, 200*time.Millisecond) }

@@ -157,7 +157,7 @@ func (m *activeStandby) status() any {
 // do not count, a real rise shows within the window. The traffic moves
 // only to an access whose RTT is smaller by margin (and by min_margin):
 // two accesses within the margin do not flap. An access that does not
-// carry is probed every probe_interval (usable for 3 of its RTTs, at
+// carry is probed every probe_interval (usable for 2 of its RTTs, at
 // least 200 ms: MPTCP's scheduler gives an idle subflow data first), so
 // that its RTT is not one from long ago.
 type smallestDelay struct {
@@ -233,7 +233,7 @@ func (m *smallestDelay) decide(s *Snapshot, views []*connView) []Action {
 			case s.Now.Before(st.until[i]):
 				backup, why = false, fmt.Sprintf("probe: its rtt (%s, over %s) is measured again", fmtMs(rtt[i]), c.RTTWindow)
 			case !s.Now.Before(st.next[i]) && !st.next[i].IsZero():
-				st.until[i] = s.Now.Add(max(3*rtt[i], 200*time.Millisecond))
+				st.until[i] = s.Now.Add(probeLength(rtt[i]))
 				st.next[i] = s.Now.Add(c.ProbeInterval)
 				backup, why = false, fmt.Sprintf("probe: its rtt (%s) is measured again", fmtMs(rtt[i]))
 			default:
@@ -309,7 +309,10 @@ type lbConn struct {
 	binding int
 	caps    []float64   // bytes/s per access (0: none)
 	capped  []time.Time // since when each is capped
+	hist    [][]capAt   // per access: its caps over the last rate window
 	corr    []float64   // per access: the correction its cap carries
+	peak    peak        // the binding access's rate, its best recently
+	peakOf  int         // the access the peak is of
 	step    time.Time   // the point the corrections last moved at
 }
 
@@ -323,10 +326,13 @@ type lbConn struct {
 const (
 	lbShort      = 0.85
 	lbGain       = 0.05
-	lbWindowGain = 1.0
-	lbMinCorr    = 0.5
-	lbMaxCorr    = 2
+	lbWindowGain = 0.5
+	lbMinCorr    = 0.7
+	lbMaxCorr    = 1.5
 	lbFloor      = 12500.0
+	// lbStep: a cap within this much of the one in force is not changed
+	// (fewer actions, the same split).
+	lbStep = 0.01
 )
 
 func (m *loadBalancing) decide(s *Snapshot, views []*connView) []Action {
@@ -372,7 +378,7 @@ func (m *loadBalancing) decide(s *Snapshot, views []*connView) []Action {
 		}
 		st := m.conns[v.c.Token]
 		if st == nil || st.usable != key.String() {
-			st = &lbConn{usable: key.String(), from: s.Now, binding: -1, caps: make([]float64, len(v.acc)), capped: make([]time.Time, len(v.acc)), corr: make([]float64, len(v.acc))}
+			st = &lbConn{usable: key.String(), from: s.Now, binding: -1, peakOf: -1, caps: make([]float64, len(v.acc)), capped: make([]time.Time, len(v.acc)), hist: make([][]capAt, len(v.acc)), corr: make([]float64, len(v.acc))}
 			for i := range st.corr {
 				st.corr[i] = 1
 			}
@@ -401,6 +407,8 @@ func (m *loadBalancing) decide(s *Snapshot, views []*connView) []Action {
 			rate[i], f = v.acc[i].meter.rate(s.Now, c.RateWindow)
 			full = full && (f || s.Now.Sub(st.from) >= c.RateWindow/2)
 		}
+		// Caps from half a rate window on: the first second uncapped
+		// would put its split off by what a second carries.
 		full = full && s.Now.Sub(st.from) >= c.RateWindow/2
 		if !full {
 			v.st.summary = fmt.Sprintf("measuring each access's rate (over %s) before capping", c.RateWindow)
@@ -426,11 +434,12 @@ func (m *loadBalancing) decide(s *Snapshot, views []*connView) []Action {
 				}
 			}
 		} else {
-			// A capped access that cannot fill its cap is the binding one
-			// now, if it carries less than the binding one for its share.
+			// A capped access that cannot fill its cap (the lowest it had
+			// over the rate window) is the binding one now, if it carries
+			// less than the binding one for its share.
 			b := st.binding
 			for _, i := range in {
-				if i == b || st.caps[i] == 0 || s.Now.Sub(st.capped[i]) < c.RateWindow || rate[i] >= lbShort*st.caps[i] {
+				if i == b || st.caps[i] == 0 || s.Now.Sub(st.capped[i]) < c.RateWindow || rate[i] >= lbShort*lowestCap(st.hist[i], s.Now, c.RateWindow) {
 					continue
 				}
 				if rate[i]/share(i) < rate[b]/share(b) {
@@ -440,7 +449,14 @@ func (m *loadBalancing) decide(s *Snapshot, views []*connView) []Action {
 			st.binding = b
 		}
 		b := st.binding
-		R := rate[b] / share(b)
+		if b != st.peakOf {
+			st.peak, st.peakOf = peak{}, b
+		}
+		// The binding access's rate: its best over two rate windows. Caps
+		// that follow its rate down feed on themselves: data MPTCP handed
+		// a capped subflow waits there, the receiver waits for it, the
+		// binding access slows, and the caps tighten.
+		R := st.peak.add(s.Now, rate[b], 2*c.RateWindow) / share(b)
 		var rateSum float64
 		for _, i := range in {
 			rateSum += rate[i]
@@ -458,7 +474,7 @@ func (m *loadBalancing) decide(s *Snapshot, views []*connView) []Action {
 			}
 			parts = append(parts, fmt.Sprintf("%s %.1f%% (target %.1f%%)", m.accesses[i].Name, sh*100, share(i)*100))
 			if i == b {
-				st.caps[i], st.capped[i] = 0, time.Time{}
+				st.caps[i], st.capped[i], st.hist[i] = 0, time.Time{}, st.hist[i][:0]
 				carry(i, fmt.Sprintf("binding access: uncapped at %s, %.1f%% of the bytes over %s (target %.1f%%); the others are held to the split against it",
 					mbit(rate[i]), sh*100, fmtDur(win), share(i)*100))
 				continue
@@ -478,10 +494,19 @@ func (m *loadBalancing) decide(s *Snapshot, views []*connView) []Action {
 				prop = 1 + lbWindowGain*(share(i)-sh)/share(i)
 			}
 			capB := math.Max(lbFloor, share(i)*R*math.Min(lbMaxCorr, math.Max(lbMinCorr, st.corr[i]*prop)))
-			if st.caps[i] == 0 {
+			switch {
+			case st.caps[i] == 0:
 				st.capped[i] = s.Now
+				st.caps[i] = capB
+			case math.Abs(capB-st.caps[i]) > st.caps[i]*lbStep:
+				st.caps[i] = capB
+			default:
+				capB = st.caps[i] // within lbStep of the cap in force: kept
 			}
-			st.caps[i] = capB
+			st.hist[i] = append(st.hist[i], capAt{s.Now, capB})
+			for len(st.hist[i]) > 2 && s.Now.Sub(st.hist[i][1].at) >= c.RateWindow {
+				st.hist[i] = st.hist[i][1:]
+			}
 			carry(i, fmt.Sprintf("capped at %s to hold %.1f%%: carries %s, %.1f%% of the bytes over %s", mbit(capB), share(i)*100, mbit(rate[i]), sh*100, fmtDur(win)))
 			n := len(v.acc[i].subflows)
 			for _, sf := range v.acc[i].subflows {
@@ -492,6 +517,27 @@ func (m *loadBalancing) decide(s *Snapshot, views []*connView) []Action {
 			m.accesses[b].Name, mbit(rate[b]), mbit(R))
 	}
 	return out
+}
+
+type capAt struct {
+	at  time.Time
+	cap float64
+}
+
+// lowestCap is the lowest cap an access had over the window (0: it was
+// uncapped some of the time).
+func lowestCap(h []capAt, now time.Time, window time.Duration) float64 {
+	low := math.Inf(1)
+	for i := len(h) - 1; i >= 0; i-- {
+		low = math.Min(low, h[i].cap)
+		if now.Sub(h[i].at) >= window {
+			break
+		}
+	}
+	if math.IsInf(low, 1) {
+		return 0
+	}
+	return low
 }
 
 func contains(s []int, v int) bool {
@@ -512,8 +558,18 @@ func (m *loadBalancing) forget(tok uint32) {
 }
 
 func (m *loadBalancing) opensSubflows() bool { return false }
+
+// capNotSentLowat bounds the unsent data MPTCP queues on each subflow
+// where caps are set: the scheduler hands a subflow 64 KiB bursts, and
+// what waits behind a cap the receiver waits for (and the capped access
+// carries it beyond its share).
+const capNotSentLowat = 128 << 10
+
 func (m *loadBalancing) requirements() Requirements {
-	return Requirements{Limits: m.r.split != nil}
+	if m.r.split == nil {
+		return Requirements{}
+	}
+	return Requirements{Limits: true, NotSentLowat: capNotSentLowat}
 }
 
 func (m *loadBalancing) status() any {
@@ -686,8 +742,10 @@ func (m *priorityBased) forget(tok uint32) {
 	delete(m.conns, tok)
 }
 
-func (m *priorityBased) opensSubflows() bool        { return false }
-func (m *priorityBased) requirements() Requirements { return Requirements{Limits: true} }
+func (m *priorityBased) opensSubflows() bool { return false }
+func (m *priorityBased) requirements() Requirements {
+	return Requirements{Limits: true, NotSentLowat: capNotSentLowat}
+}
 
 func (m *priorityBased) status() any {
 	m.mu.Lock()
