@@ -86,6 +86,8 @@ type atsssConn struct {
 	// and per access what it does and why.
 	summary string
 	doing   []string
+	// note: what the thresholds did to the round (set aside).
+	note string
 	// seen: the last round that saw the connection.
 	seen uint64
 }
@@ -280,8 +282,8 @@ func (p *ATSSS) Decide(s *Snapshot) []Action {
 				none = append(none, sf)
 			}
 		}
+		cs.summary, cs.note, cs.doing = "", "", make([]string, len(p.accesses))
 		p.judge(s.Now, sampled, newPoint, keep, &r.ATSSSRule, v)
-		cs.summary, cs.doing = "", make([]string, len(p.accesses))
 		views[ri] = append(views[ri], v)
 		if p.mesh != nil && !r.mode.opensSubflows() {
 			mesh = append(mesh, c)
@@ -385,16 +387,17 @@ func (p *ATSSS) judge(now, sampled time.Time, newPoint bool, keep time.Duration,
 		return
 	}
 	// Every available access is over a threshold: the thresholds are set
-	// aside (the mode runs over all of them) until one is back under.
+	// aside (the mode runs over all of them) until one is back under. The
+	// gates go on: their probes are judged as they come (the accesses
+	// carry traffic meanwhile anyway).
 	for i := range v.acc {
 		a := &v.acc[i]
 		if a.available {
 			a.usable, a.probing = true, false
 			a.why = ""
-			v.st.gates[i].probeUntil = time.Time{}
 		}
 	}
-	v.st.summary = "every available access is over a threshold: thresholds set aside"
+	v.st.note = "every available access is over a threshold: thresholds set aside"
 }
 
 // override puts the thresholds' decisions before the mode's: an access
@@ -447,7 +450,11 @@ func (p *ATSSS) override(r *atsssRule, views []*connView, acts []Action) []Actio
 }
 
 func (p *ATSSS) connStatus(r *atsssRule, v *connView) ATSSSConnStatus {
-	cs := ATSSSConnStatus{Token: fmt.Sprintf("%08x", v.c.Token), Rule: r.Name, Mode: r.Mode, Summary: v.st.summary, Accesses: map[string]ATSSSAccessStatus{}}
+	summary := v.st.summary
+	if v.st.note != "" {
+		summary = strings.TrimSuffix(v.st.note+"; "+summary, "; ")
+	}
+	cs := ATSSSConnStatus{Token: fmt.Sprintf("%08x", v.c.Token), Rule: r.Name, Mode: r.Mode, Summary: summary, Accesses: map[string]ATSSSAccessStatus{}}
 	now := p.lastSample
 	for i, a := range v.acc {
 		as := ATSSSAccessStatus{Subflows: len(a.subflows), Available: a.available, Usable: a.usable, Doing: v.st.doing[i]}

@@ -114,7 +114,8 @@ type PriorityConfig struct {
 	// Order: the accesses, high priority first.
 	Order []string `yaml:"priority"`
 	// Window and LimitedShare: an access is congested when it was
-	// cwnd-limited in LimitedShare of the samples over Window.
+	// data waited to be sent on it (waits) in LimitedShare of the samples
+	// over Window.
 	Window       time.Duration  `yaml:"window" min:"100ms" max:"10s"`
 	LimitedShare units.Fraction `yaml:"limited_share" above:"0%" max:"100%"`
 }
@@ -144,7 +145,7 @@ func defaultLoadBalancing() LoadBalancingConfig {
 }
 
 func defaultPriority() PriorityConfig {
-	return PriorityConfig{Window: 300 * time.Millisecond, LimitedShare: 0.5}
+	return PriorityConfig{Window: 500 * time.Millisecond, LimitedShare: 0.6}
 }
 
 func defaultThresholds() ThresholdConfig {

@@ -595,17 +595,21 @@ func (m *loadBalancing) status() any {
 // ---- Priority-based ----
 
 // priorityBased: the high-priority access carries everything; a lower
-// one carries only the overflow. An access is congested when it was
-// cwnd-limited (data in flight filled its congestion window: TCP would
-// have sent more) in limited_share of the samples over window; it has
-// room otherwise. The next access is backup while every access before it
-// has room; when they are all congested it carries, capped: the cap grows
-// by a tenth per sample while they stay congested and shrinks by a fifth
-// while they have room (backup again below 100 kbit/s or a hundredth of
-// their rate), so that it settles where the accesses before it are just
-// full, carrying what they cannot. A capped access that cannot fill its
-// cap while those before it are congested (the application sends more
-// than all of them hold) is uncapped.
+// one carries only the overflow. An access is congested when data waited
+// to be sent on it (waits: its congestion window full, or more than one
+// of MPTCP's bursts unsent) in limited_share of the samples over window;
+// it has room otherwise. The next access is backup while every access before it
+// has room; when they are all congested it carries, capped (from a tenth
+// of their rate): the cap grows by a tenth per sample while they stay
+// congested and shrinks by a tenth while they have room, down to
+// prioFloor, and the access is backup again once they had room for a
+// whole window at that floor; so that it settles where the accesses
+// before it are just full, carrying what they cannot. An access that
+// does not fill its cap while those before it are congested carries the
+// whole overflow already: its cap is held a quarter above what it
+// carries. One that has data waiting itself below its cap carries all it
+// can (the application sends more than every access holds): uncapped,
+// until it or those before it have room again.
 type priorityBased struct {
 	r        *ATSSSRule
 	accesses []Access
@@ -620,11 +624,23 @@ const (
 )
 
 type prioConn struct {
+	first time.Time // when the connection was first seen
 	state []int
 	cap   []float64 // bytes/s
 	since []time.Time
-	step  time.Time // the point the caps last moved at
+	full  []time.Time // when the accesses before each were last all congested
+	step  time.Time   // the point the caps last moved at
 }
+
+// prioFloor is the lowest cap of an access that takes an overflow (1
+// Mbit/s, and at least a twentieth of what the accesses before it carry):
+// MPTCP hands a subflow 64 KiB at a time, and what waits behind a low cap
+// holds the receiver up. prioWarmup: a connection's first second is its
+// slow start, where every subflow is cwnd-limited by nature.
+const (
+	prioFloor  = 125000.0
+	prioWarmup = time.Second
+)
 
 func (m *priorityBased) decide(s *Snapshot, views []*connView) []Action {
 	m.mu.Lock()
@@ -634,7 +650,7 @@ func (m *priorityBased) decide(s *Snapshot, views []*connView) []Action {
 	for _, v := range views {
 		st := m.conns[v.c.Token]
 		if st == nil {
-			st = &prioConn{state: make([]int, len(v.acc)), cap: make([]float64, len(v.acc)), since: make([]time.Time, len(v.acc))}
+			st = &prioConn{first: s.Now, state: make([]int, len(v.acc)), cap: make([]float64, len(v.acc)), since: make([]time.Time, len(v.acc)), full: make([]time.Time, len(v.acc))}
 			m.conns[v.c.Token] = st
 		}
 		decide := func(i int, backup bool, capB float64, why string) {
@@ -673,7 +689,7 @@ func (m *priorityBased) decide(s *Snapshot, views []*connView) []Action {
 		}
 		congested := func(i int) (bool, string) {
 			sh, n := v.acc[i].meter.limitedShare(s.Now, c.Window)
-			return n >= 2 && sh >= float64(c.LimitedShare), fmt.Sprintf("cwnd-limited in %.0f%% of the samples over %s", sh*100, c.Window)
+			return n >= 2 && sh >= float64(c.LimitedShare), fmt.Sprintf("data waiting in %.0f%% of the samples over %s", sh*100, c.Window)
 		}
 		hi := order[0]
 		st.state[hi] = prioFree
@@ -692,27 +708,38 @@ func (m *priorityBased) decide(s *Snapshot, views []*connView) []Action {
 				continue
 			}
 			rate, _ := v.acc[i].meter.rate(s.Now, c.Window)
-			floor := math.Max(lbFloor, upRate/100)
+			floor := math.Max(prioFloor, upRate/20)
 			up := strings.Join(upWhy, ", ")
+			if full {
+				st.full[i] = s.Now
+			}
 			switch st.state[i] {
 			case prioOff:
-				if full {
-					st.state[i], st.cap[i], st.since[i] = prioOverflow, math.Max(upRate/10, 4*lbFloor), s.Now
+				if full && s.Now.Sub(st.first) >= prioWarmup {
+					st.state[i], st.cap[i], st.since[i] = prioOverflow, math.Max(upRate/10, floor), s.Now
 				}
 			case prioOverflow:
+				own, _ := congested(i)
 				switch {
-				case full && s.Now.Sub(st.since[i]) >= c.Window && rate < 0.8*st.cap[i]:
+				case full && own && s.Now.Sub(st.since[i]) >= c.Window && rate < 0.8*st.cap[i]:
+					// Full itself below its cap: it carries all it can.
 					st.state[i], st.cap[i], st.since[i] = prioFree, 0, s.Now
+				case full && step && rate < 0.8*st.cap[i] && s.Now.Sub(st.since[i]) >= c.Window:
+					// It has room and does not fill its cap: the overflow is
+					// what it carries; the cap stays a quarter above it.
+					st.cap[i] = math.Max(rate*1.25, floor)
 				case full && step:
 					st.cap[i] *= 1.1
 				case !full && step:
-					st.cap[i] *= 0.8
-					if st.cap[i] < floor {
+					st.cap[i] = math.Max(st.cap[i]*0.9, floor)
+					if st.cap[i] <= floor && s.Now.Sub(st.full[i]) >= c.Window {
 						st.state[i], st.cap[i], st.since[i] = prioOff, 0, s.Now
 					}
 				}
 			case prioFree:
-				if !full {
+				if own, _ := congested(i); !full || !own {
+					// The accesses before it have room, or it has: capped
+					// again, from below what it carries.
 					st.state[i], st.cap[i], st.since[i] = prioOverflow, math.Max(rate*0.8, floor), s.Now
 				}
 			}

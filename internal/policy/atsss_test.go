@@ -17,7 +17,7 @@ import (
 // the subflows that are not backup (on backup ones only when no other is
 // usable), each up to its capacity and its rate cap, a demanded rate
 // spread over them in proportion to what each can carry. A path at its
-// capacity and not held by a cap is cwnd-limited. Every 100 ms the policy
+// capacity and not held by a cap has data waiting (its window full). Every 100 ms the policy
 // decides on a sample of the model and the model takes its decisions.
 type simPath struct {
 	addr     string
@@ -471,5 +471,33 @@ func TestATSSSActiveStandby(t *testing.T) {
 	}
 	if !strings.Contains(s.reasons[1], "atsss rule default (active-standby)") {
 		t.Errorf("reason %q does not name the rule and mode", s.reasons[1])
+	}
+}
+
+// Every access over its threshold: the thresholds are set aside (the
+// mode runs over all of them) and probes go on, so that an access back
+// under its threshold is found and the other one is out of use again.
+// A new access's first second of loss (its slow start's) does not count.
+func TestATSSSThresholdsSetAsideAndWarmup(t *testing.T) {
+	src := atsssHead + "  default: {mode: load-balancing, split: {wifi: 50%, cell: 50%}, thresholds: {rtt: 100ms, loss: 2%}}\n"
+	p := mustATSSS(t, src, Env{})
+	paths := wifiCell(50, 20)
+	paths[0].loss = 0.2 // slow start's losses, for its first second
+	s := newATSSSSim(t, p, paths...)
+	s.run(500 * time.Millisecond)
+	paths[0].loss = 0
+	s.run(3 * time.Second)
+	if s.backup[0] || s.backup[1] {
+		t.Fatalf("the first second's loss took an access out: %v", s.reasons)
+	}
+	paths[0].rtt, paths[1].rtt = 150*ms, 150*ms
+	s.run(2 * time.Second)
+	if s.backup[0] || s.backup[1] || !strings.Contains(p.ConnSteering(1), "thresholds set aside") {
+		t.Fatalf("both over: backup %v, %q", s.backup, p.ConnSteering(1))
+	}
+	paths[0].rtt = 20 * ms
+	s.run(3 * time.Second)
+	if s.backup[0] || !s.backup[1] && !strings.Contains(s.reasons[1], "probe") {
+		t.Fatalf("wifi back under its threshold: backup %v (%v)", s.backup, s.reasons)
 	}
 }

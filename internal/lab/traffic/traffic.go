@@ -301,8 +301,12 @@ func (b *Bulk) Run(ctx context.Context) (BulkResult, error) {
 var zeros = make([]byte, 256<<10)
 
 // pacedChunk is what a sender with a rate writes at once: small enough
-// that the writes come every few milliseconds at tens of Mbit/s.
-const pacedChunk = 16 << 10
+// that the writes come every few milliseconds at tens of Mbit/s;
+// burstDepth is the most it sends at once to catch up.
+const (
+	pacedChunk = 16 << 10
+	burstDepth = 50 * time.Millisecond
+)
 
 // send writes until d has passed or size bytes are out (0 = no limit),
 // at most at the schedule's rates (none: as fast as it can).
@@ -314,13 +318,20 @@ func send(c net.Conn, d time.Duration, size int64, rates []RateStep) error {
 		c.SetWriteDeadline(deadline)
 	}
 	var sent int64
+	var skipped float64 // budget dropped beyond burstDepth
 	for {
 		chunk := zeros
 		if len(rates) > 0 {
 			chunk = zeros[:pacedChunk]
 			for {
 				el := time.Since(start)
-				need := float64(sent+pacedChunk) - allowed(rates, el)
+				// The budget holds at most burstDepth of the rate: after a
+				// stall the application goes on at its rate, it does not
+				// send what it could not at once.
+				if lag := allowed(rates, el) - skipped - float64(sent) - rateAt(rates, el)*burstDepth.Seconds(); lag > 0 {
+					skipped += lag
+				}
+				need := float64(sent+pacedChunk) - (allowed(rates, el) - skipped)
 				if need <= 0 {
 					break
 				}
