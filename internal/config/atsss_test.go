@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -49,5 +50,36 @@ func TestATSSSSectionErrorsNameFileLineAndKey(t *testing.T) {
 	want := "c.yaml:5: atsss.default.split: the shares add up to 90%, not 100%: wifi 70% + cell 20%"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %v, want %q", err, want)
+	}
+}
+
+// The packaged config's commented atsss example builds once uncommented.
+func TestPackagedATSSSExampleBuilds(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/mpsteer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	in := false
+	for _, l := range strings.Split(string(data), "\n") {
+		switch {
+		case l == "#atsss:":
+			in = true
+		case in && !strings.HasPrefix(l, "#  "):
+			in = false
+		}
+		if in {
+			b.WriteString(strings.TrimPrefix(l, "#") + "\n")
+		}
+	}
+	if !strings.Contains(b.String(), "default:") {
+		t.Fatalf("no atsss example found:\n%s", b.String())
+	}
+	cfg, err := Parse("deploy/mpsteer.yaml (atsss, uncommented)", []byte(b.String()), policy.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Policies[0].Name() != "atsss" {
+		t.Errorf("policies %v", cfg.Policies)
 	}
 }
