@@ -92,6 +92,7 @@ func (m *activeStandby) decide(s *Snapshot, views []*connView) []Action {
 	out := m.act.Decide(subA)
 	out = append(out, m.sb.Decide(subB)...)
 	// What each access does, from prefer's decisions.
+	carries := map[uint32]map[int]bool{}
 	for _, a := range out {
 		v := byTok[a.Token]
 		if v == nil || a.Kind != Backup {
@@ -114,8 +115,26 @@ func (m *activeStandby) decide(s *Snapshot, views []*connView) []Action {
 					v.st.doing[i] = role + ", backup: " + a.Reason
 				} else {
 					v.st.doing[i] = role + ", carries: " + a.Reason
+					if carries[a.Token] == nil {
+						carries[a.Token] = map[int]bool{}
+					}
+					carries[a.Token][i] = true
 				}
 			}
+		}
+	}
+	for _, v := range views {
+		if v.st.summary != "" {
+			continue
+		}
+		act := m.accesses[m.r.active].Name
+		switch c := carries[v.c.Token]; {
+		case c[m.r.active] && len(c) == 1:
+			v.st.summary = "active " + act + " carries"
+		case c[m.r.active]:
+			v.st.summary = "active " + act + " carries, with the others (prefer: no subflow on it is viable)"
+		case m.r.standby >= 0 && c[m.r.standby]:
+			v.st.summary = fmt.Sprintf("standby %s carries: active %s is unavailable", m.accesses[m.r.standby].Name, act)
 		}
 	}
 	return out

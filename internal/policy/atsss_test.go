@@ -457,11 +457,17 @@ func TestATSSSActiveStandby(t *testing.T) {
 	if sh := s.shares(); sh[1] < 0.99 {
 		t.Errorf("cell carried %.1f%%, want at least 99%%", sh[1]*100)
 	}
+	if st := p.ConnSteering(1); !strings.Contains(st, "atsss rule default: active-standby — active cell carries") {
+		t.Errorf("status %q", st)
+	}
 	paths[1].down = true
 	s.step()
 	s.step()
 	if s.backup[0] || !s.backup[1] {
 		t.Fatalf("cell stalled: backup %v (%v)", s.backup, s.reasons)
+	}
+	if st := p.ConnSteering(1); !strings.Contains(st, "standby wifi carries: active cell is unavailable") {
+		t.Errorf("status %q", st)
 	}
 	paths[1].down = false
 	s.step()
