@@ -121,6 +121,9 @@ func printStatus(st *api.Status) {
 		if len(c.RemoteAddrs) > 0 {
 			fmt.Printf("  peer announced: %s\n", strings.Join(c.RemoteAddrs, ", "))
 		}
+		for _, s := range c.Steering {
+			fmt.Printf("  %s\n", s)
+		}
 		for _, s := range c.Subflows {
 			flags := ""
 			if s.State != "established" {

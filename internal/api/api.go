@@ -195,8 +195,12 @@ type ConnStatus struct {
 	// Cgroup is the cgroup of the process that made the connection's
 	// socket, when it lies at or below a cgroup a policy is scoped to;
 	// CgroupID is the kernel's id of it in every case (0: unknown).
-	Cgroup   string          `json:"cgroup,omitempty"`
-	CgroupID uint64          `json:"cgroup_id,omitempty"`
+	Cgroup   string `json:"cgroup,omitempty"`
+	CgroupID uint64 `json:"cgroup_id,omitempty"`
+	// Steering says how a policy that steers connections by rules (the
+	// atsss section) steers this one: its rule, its mode, and what each
+	// access does and why.
+	Steering []string        `json:"steering,omitempty"`
 	Subflows []SubflowStatus `json:"subflows"`
 	// Actions are the recent actions on this connection other than
 	// backup flags (subflows created, destroyed, addresses announced),

@@ -1,5 +1,6 @@
 // Package config reads the daemon's YAML config: its settings, its
-// policies (built through internal/policy), the mode section's presets,
+// policies (built through internal/policy), the atsss section's rules,
+// the mode section's presets,
 // the chains it declares, report_health and mptcpize. Every problem names
 // the file, the line and the key, and what would be valid; a config is
 // taken whole or refused whole.
@@ -122,8 +123,9 @@ func parseMap(m *yamlcfg.Map, env policy.Env) *Config {
 	cfg.Endpoints = parseEndpoints(m)
 	cfg.ReportHealth = parseReportHealth(m)
 	seen := map[string]bool{}
-	cfg.addMode(m, env, seen) // presets.go: the mode section, as policies
-	cfg.addCoupled(m, seen)   // coupled.go: the top-level coupled key, as a policy
+	cfg.addATSSS(m, env, seen) // atsss.go: the ATSSS rules, as the first policy
+	cfg.addMode(m, env, seen)  // presets.go: the mode section, as policies
+	cfg.addCoupled(m, seen)    // coupled.go: the top-level coupled key, as a policy
 	cfg.parseMptcpize(m)
 	for _, it := range m.List("policies") {
 		if it.Map == nil {

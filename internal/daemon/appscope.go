@@ -55,6 +55,9 @@ func scopedCgroups(e *policy.Engine) []string {
 		if s, ok := p.(*policy.Scoped); ok {
 			out = append(out, s.Cgroup)
 		}
+		if s, ok := p.(policy.CgroupSelector); ok {
+			out = append(out, s.Cgroups()...)
+		}
 	}
 	return out
 }

@@ -64,6 +64,13 @@ func (d *Daemon) Status() api.Status {
 	}
 	sort.Slice(toks, func(i, j int) bool { return toks[i] < toks[j] })
 	for _, t := range toks {
+		for _, p := range d.engine.Policies {
+			if cd, ok := p.(policy.ConnDescriber); ok {
+				if s := cd.ConnSteering(t); s != "" {
+					byTok[t].Steering = append(byTok[t].Steering, s)
+				}
+			}
+		}
 		st.Connections = append(st.Connections, *byTok[t])
 	}
 	st.Reaction = latencyStats(d.loop.reactions)

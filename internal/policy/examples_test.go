@@ -64,6 +64,12 @@ func buildPolicyLists(m *yamlcfg.Map) int {
 	for _, k := range m.Keys() {
 		v := yamlcfg.RawNode(m, k)
 		switch {
+		case k == "atsss":
+			// The atsss section builds into one policy of its own.
+			if am := m.Map(k); am != nil {
+				BuildATSSS(am, Env{})
+				n++
+			}
 		case k == "policies":
 			for _, it := range m.List(k) {
 				if it.Map != nil {

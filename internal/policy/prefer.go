@@ -42,6 +42,10 @@ type Prefer struct {
 	status PreferStatus
 	// connStatus: each connection's part of the status, as last decided.
 	connStatus map[uint32]PreferConnStatus
+	// availabilityOnly: a preferred subflow is given up only when it is
+	// unavailable (stalled), never for its RTT (ATSSS's active-standby:
+	// the active access carries the traffic while it works).
+	availabilityOnly bool
 }
 
 // rttWindow keeps the smallest of a subflow's SRTT samples over a sliding
@@ -306,8 +310,10 @@ func (p *Prefer) viable(sf observe.Subflow, rtt, delta time.Duration) (ok, stall
 		return false, true, fmt.Sprintf("retransmission timeout pending (backoff %d)", sf.Backoff)
 	case sf.Unacked > 0 && sf.LastAckRecv > max(delta, stallFloor):
 		return false, true, fmt.Sprintf("no ACK for %s with data outstanding > %s", fmtMs(sf.LastAckRecv), fmtMs(max(delta, stallFloor)))
-	case rtt > delta:
+	case rtt > delta && !p.availabilityOnly:
 		return false, false, fmt.Sprintf("srtt %s > δ %s", fmtMs(rtt), fmtMs(delta))
+	case p.availabilityOnly:
+		return true, false, "available: ACKs arrive, no retransmission timeout pending"
 	}
 	return true, false, fmt.Sprintf("srtt %s ≤ δ %s", fmtMs(rtt), fmtMs(delta))
 }

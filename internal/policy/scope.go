@@ -46,6 +46,19 @@ func InCgroup(p, scope string) bool {
 	return p == scope || strings.HasPrefix(p, scope+"/")
 }
 
+// CgroupSelector is a policy that selects connections by cgroup in its
+// own way (the atsss section's rules): the daemon resolves the cgroups of
+// connections at and below these too.
+type CgroupSelector interface {
+	Cgroups() []string
+}
+
+// ConnDescriber is a policy that says, per connection, how it steers it
+// (`mpsteer status` shows it under the connection).
+type ConnDescriber interface {
+	ConnSteering(token uint32) string
+}
+
 // NewScoped scopes p to a cgroup (checked with CheckCgroup by the caller).
 func NewScoped(p Policy, cgroup string) *Scoped { return &Scoped{Inner: p, Cgroup: cgroup} }
 

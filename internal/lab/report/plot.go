@@ -116,6 +116,53 @@ func PlotSeries(file, title string, se *Series, marks []Mark) error {
 	return PlotLines(file, title+", 0.5 s average", "goodput (Mbit/s)", lines, marks)
 }
 
+// ShareSamples is the window of the share plots: each path's share of
+// the bytes acknowledged over the last second (10 samples).
+const ShareSamples = 10
+
+// Shares is each path's share (0 to 1) of the bytes acknowledged on all
+// paths over a trailing window of n samples; NaN where none were.
+func (se *Series) Shares(n int) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, p := range se.Paths {
+		out[p] = make([]float64, len(se.T))
+	}
+	for i := range se.T {
+		var total float64
+		per := map[string]float64{}
+		for _, p := range se.Paths {
+			for j := max(0, i-n+1); j <= i; j++ {
+				if v := se.PerPath[p][j]; !math.IsNaN(v) {
+					per[p] += v
+				}
+			}
+			total += per[p]
+		}
+		for _, p := range se.Paths {
+			out[p][i] = math.NaN()
+			if total > 0 {
+				out[p][i] = per[p] / total
+			}
+		}
+	}
+	return out
+}
+
+// PlotShares draws each path's share of the bytes over time (a 1 s
+// window), in percent.
+func PlotShares(file, title string, se *Series, marks []Mark) error {
+	sh := se.Shares(ShareSamples)
+	var lines []Line
+	for _, p := range se.Paths {
+		y := make([]float64, len(sh[p]))
+		for i, v := range sh[p] {
+			y[i] = v * 100
+		}
+		lines = append(lines, Line{Name: "path " + p, X: se.T, Y: y})
+	}
+	return PlotLines(file, title+": each path's share of the bytes, 1 s window", "share of the bytes (%)", lines, marks)
+}
+
 // PlotCDF draws the empirical distribution of each named sample set (e.g.
 // flow completion times) into a PNG file, the x axis in xlabel's unit.
 func PlotCDF(file, title, xlabel string, sets []Line) error {

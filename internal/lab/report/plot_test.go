@@ -120,3 +120,20 @@ func TestPlotXYLogWithIntervals(t *testing.T) {
 		t.Errorf("pixels in the line's colour: %d without intervals, %d with; want more with", plain, bars)
 	}
 }
+
+func TestSharesOverAWindow(t *testing.T) {
+	se := &Series{Paths: []string{"a", "b"}, T: []float64{0.1, 0.2, 0.3, 0.4},
+		PerPath: map[string][]float64{"a": {10, 10, 0, 0}, "b": {0, 10, 10, math.NaN()}}}
+	sh := se.Shares(2)
+	want := map[string][]float64{"a": {1, 2.0 / 3, 1.0 / 3, 0}, "b": {0, 1.0 / 3, 2.0 / 3, 1}}
+	for p, w := range want {
+		for i := range w {
+			if math.Abs(sh[p][i]-w[i]) > 1e-9 {
+				t.Errorf("%s[%d] = %v, want %v", p, i, sh[p][i], w[i])
+			}
+		}
+	}
+	if got := (&Series{Paths: []string{"a"}, T: []float64{0.1}, PerPath: map[string][]float64{"a": {0}}}).Shares(10)["a"][0]; !math.IsNaN(got) {
+		t.Errorf("no bytes: share %v, want NaN", got)
+	}
+}

@@ -95,7 +95,10 @@ type Summary struct {
 	BytesRetrans uint64                 `json:"bytes_retrans"`
 	Subflows     []SubflowSummary       `json:"subflows"`
 	Paths        map[string]PathSummary `json:"paths"`
-	Flows        *FlowsSummary          `json:"flows,omitempty"`
+	// PathShare is each path's bytes over all paths' bytes (the same as
+	// Paths' shares), keyed by path name: what scripts read.
+	PathShare map[string]float64 `json:"path_share"`
+	Flows     *FlowsSummary      `json:"flows,omitempty"`
 	// FCT sums up the short flows' completion times (scripts read it).
 	FCT      *FCTSummary    `json:"fct_ms,omitempty"`
 	Events   []EventRecord  `json:"events,omitempty"`

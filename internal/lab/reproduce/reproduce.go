@@ -474,7 +474,7 @@ func WriteIndex(p *Papers, o Options) (string, error) {
 			}
 			pe.Rows = append(pe.Rows, pr)
 		}
-		for _, img := range []string{"compare.png", "fct_cdf.png"} {
+		for _, img := range []string{"compare.png", "share.png", "fct_cdf.png"} {
 			if _, err := os.Stat(filepath.Join(dir, img)); err == nil {
 				pe.Images = append(pe.Images, pageImage{Src: e.Scenario + "/" + img, Alt: e.Scenario + " " + img})
 			}

@@ -39,7 +39,7 @@ func TestShippedPapersList(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(repo, "scenarios", "*.yaml"))
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
-		for _, prefix := range []string{"asym-", "prefer-", "fullmesh-", "incremental-", "tenants-", "ramptcp-", "ecf-"} {
+		for _, prefix := range []string{"asym-", "prefer-", "fullmesh-", "incremental-", "tenants-", "ramptcp-", "ecf-", "atsss-"} {
 			if strings.HasPrefix(name, prefix) && !listed[name] {
 				t.Errorf("scenarios/%s.yaml is a paper's experiment but docs/papers.yaml does not list it", name)
 			}

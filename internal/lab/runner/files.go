@@ -4,9 +4,11 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"mpsteer/internal/lab/recorder"
@@ -14,7 +16,7 @@ import (
 )
 
 // The files of one run (timeseries.csv, subflows.csv, flows.csv,
-// summary.json, goodput.png) and reading them back for the report's plots.
+// summary.json, goodput.png, and share.png with more than one path) and reading them back for the report's plots.
 
 func (r *variantRun) writeFiles(sum *report.Summary, samples []recorder.Sample) error {
 	pmap := r.pathMapper()
@@ -28,7 +30,12 @@ func (r *variantRun) writeFiles(sum *report.Summary, samples []recorder.Sample) 
 		marks = append(marks, report.Mark{X: e.AtS, Label: e.Path + " " + e.Action})
 	}
 	title := fmt.Sprintf("%s — %s (%s)", r.s.Name, r.v.Name, r.w.CC["client"])
+	var shares error
+	if len(names) > 1 {
+		shares = report.PlotShares(filepath.Join(r.dir, "share.png"), title, se, marks)
+	}
 	return errors.Join(
+		shares,
 		r.writeFlowsCSV(filepath.Join(r.dir, "flows.csv")),
 		se.WriteCSV(filepath.Join(r.dir, "timeseries.csv")),
 		recorder.WriteSubflowsCSV(filepath.Join(r.dir, "subflows.csv"), samples, pmap.Of),
@@ -119,4 +126,44 @@ func readSeries(file string) ([2][]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// readPathSeries loads time and each path's goodput from a
+// timeseries.csv (its <path>_goodput_mbit columns).
+func readPathSeries(file string) (*report.Series, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s: empty", file)
+	}
+	se := &report.Series{PerPath: map[string][]float64{}}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		if p, ok := strings.CutSuffix(h, "_goodput_mbit"); ok && p != "app" {
+			se.Paths = append(se.Paths, p)
+			col[p] = i
+		}
+	}
+	for _, row := range rows[1:] {
+		t, err := strconv.ParseFloat(row[0], 64)
+		if err != nil {
+			continue
+		}
+		se.T = append(se.T, t)
+		for _, p := range se.Paths {
+			v, err := strconv.ParseFloat(row[col[p]], 64)
+			if err != nil {
+				v = math.NaN()
+			}
+			se.PerPath[p] = append(se.PerPath[p], v)
+		}
+	}
+	return se, nil
 }

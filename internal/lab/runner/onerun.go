@@ -160,6 +160,7 @@ loop:
 	}
 	r.floodMetrics(sum, samples)
 	r.lossMetrics(sum, samples)
+	r.periodShares(sum, samples) // shares.go
 	if daemonInfo != nil {
 		sum.Daemon = daemonInfo
 	}

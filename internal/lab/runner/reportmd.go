@@ -41,16 +41,26 @@ func writeReport(s *scenario.Scenario, res *Result) error {
 	b.WriteString("\n## The median run of each variant\n\n")
 	b.WriteString("One whole run per variant (the one whose " + f.Primary.Name + " is the median; its files are at `<variant>/`). Shares are bytes acknowledged per path.\n\n")
 	b.WriteString(report.Table(res.Summaries))
-	b.WriteString("\nPer run: `<variant>/run-<round>/` (`run-<round>b`: the run again after a failure) with `summary.json`, `timeseries.csv`, `subflows.csv`, `goodput.png`; every run and figure in `results.json`. Plots: `compare.png` (median runs)")
+	b.WriteString("\nPer run: `<variant>/run-<round>/` (`run-<round>b`: the run again after a failure) with `summary.json`, `timeseries.csv`, `subflows.csv`, `goodput.png`; every run and figure in `results.json`. Plots: `compare.png` (median runs), `share.png` (each path's share of the bytes over time, median runs of the multipath variants)")
 	if f.RunsRequested > 1 {
 		b.WriteString(", `rounds.png` (each run's goodput by round)")
 	}
 	b.WriteString(".\n")
-	var lines, fcts []report.Line
+	var lines, fcts, shares []report.Line
 	for _, sum := range res.Summaries {
 		ts, err := readSeries(filepath.Join(res.Out, sum.Variant, "timeseries.csv"))
 		if err == nil {
 			lines = append(lines, report.Line{Name: sum.Variant, X: ts[0], Y: report.Smooth(ts[1], report.SmoothSamples)})
+		}
+		if se, err := readPathSeries(filepath.Join(res.Out, sum.Variant, "timeseries.csv")); err == nil && len(se.Paths) > 1 && sum.Kind != "tcp" {
+			sh := se.Shares(report.ShareSamples)
+			for _, p := range se.Paths {
+				y := make([]float64, len(sh[p]))
+				for i, v := range sh[p] {
+					y[i] = v * 100
+				}
+				shares = append(shares, report.Line{Name: sum.Variant + ": " + p, X: se.T, Y: y, Dash: len(shares)/len(se.Paths)%2 == 1})
+			}
 		}
 		if sum.FCT != nil {
 			if x, err := readFCTs(filepath.Join(res.Out, sum.Variant, "flows.csv")); err == nil {
@@ -64,6 +74,9 @@ func writeReport(s *scenario.Scenario, res *Result) error {
 	}
 	if len(lines) > 0 {
 		errs = append(errs, report.PlotLines(filepath.Join(res.Out, "compare.png"), s.Name+": application goodput, 0.5 s average (median runs)", "goodput (Mbit/s)", clip(lines, s.Duration()), nil))
+	}
+	if len(shares) > 0 {
+		errs = append(errs, report.PlotLines(filepath.Join(res.Out, "share.png"), s.Name+": each path's share of the bytes, 1 s window (median runs)", "share of the bytes (%)", clip(shares, s.Duration()), nil))
 	}
 	if f.RunsRequested > 1 {
 		if rl := roundLines(f); len(rl) > 0 {

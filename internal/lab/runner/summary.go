@@ -34,6 +34,10 @@ func (r *variantRun) summarize(samples []recorder.Sample) *report.Summary {
 	}
 	pmap := r.pathMapper()
 	sum.Subflows, sum.Paths = report.SummarizeSubflows(samples, pmap, r.upload)
+	sum.PathShare = map[string]float64{}
+	for name, p := range sum.Paths {
+		sum.PathShare[name] = p.Share
+	}
 	for _, sf := range sum.Subflows {
 		sum.Retransmits += uint64(sf.Retransmits)
 		sum.BytesRetrans += sf.BytesRetrans

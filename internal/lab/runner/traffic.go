@@ -156,7 +156,7 @@ func (r *variantRun) runBetween(ctx context.Context, i int, t scenario.Traffic, 
 	switch t.Kind {
 	case scenario.Bulk:
 		b := &traffic.Bulk{ClientNS: e.clientNS, ServerNS: e.serverNS, Server: netip.AddrPortFrom(e.serverAddr, port),
-			Proto: r.proto(), Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams}
+			Proto: r.proto(), Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams, Rates: appRates(t)}
 		meter(&b.Meter)
 		if err := wait(t.Start); err != nil {
 			return out, err
@@ -211,7 +211,7 @@ func (r *variantRun) runCompetitor(ctx context.Context, i int, t scenario.Traffi
 		return fmt.Errorf("the competitor's path %s is not in this world", t.Path)
 	}
 	b := &traffic.Bulk{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(p.Server.Addr, competitorPort(i)),
-		Local: p.Client.Addr, Proto: traffic.TCP, Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams}
+		Local: p.Client.Addr, Proto: traffic.TCP, Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams, Rates: appRates(t)}
 	select {
 	case <-time.After(r.t0 + t.Start - traffic.Now()):
 	case <-ctx.Done():
@@ -239,6 +239,15 @@ func (r *variantRun) competitorPorts() map[uint16]bool {
 		if t.Competitor {
 			out[competitorPort(i)] = true
 		}
+	}
+	return out
+}
+
+// appRates is a bulk sender's rate schedule for the generator.
+func appRates(t scenario.Traffic) []traffic.RateStep {
+	var out []traffic.RateStep
+	for _, st := range t.AppRates {
+		out = append(out, traffic.RateStep{At: st.At, BytesPerSec: st.Rate.BytesPerSecond()})
 	}
 	return out
 }

@@ -265,3 +265,34 @@ func TestDurationIgnoresEvents(t *testing.T) {
 		t.Fatalf("Duration = %v, want 0 (size-bound traffic; events do not count)", d)
 	}
 }
+
+func TestBulkSenderRate(t *testing.T) {
+	src := `paths: [{name: a}, {name: b}]
+traffic:
+  - {type: bulk, duration: 20s, rate: [{at: 0s, rate: 30mbit}, {at: 10s, rate: 60mbit}]}
+  - {type: bulk, duration: 5s, rate: 10mbit, start: 20s}
+variants: [mptcp]
+`
+	s, err := Parse("s.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.Traffic[0].AppRates
+	if len(r) != 2 || r[0].Rate != 30*units.Mbit || r[1].At != 10*time.Second || r[1].Rate != 60*units.Mbit {
+		t.Errorf("steps %+v", r)
+	}
+	if r := s.Traffic[1].AppRates; len(r) != 1 || r[0].Rate != 10*units.Mbit {
+		t.Errorf("one rate: %+v", r)
+	}
+	for _, tc := range []struct{ rate, want string }{
+		{"[{at: 1s, rate: 30mbit}]", `s.yaml:2: traffic[0].rate[0].at: the first step starts the transfer: at: 0s`},
+		{"[{at: 0s, rate: 30mbit}, {at: 0s, rate: 60mbit}]", `s.yaml:2: traffic[0].rate[1].at: steps go forward in time`},
+		{"[{at: 0s, rate: 30mbit}, {at: 20s, rate: 60mbit}]", `s.yaml:2: traffic[0].rate[1].at: the transfer ends at 20s, before this step`},
+		{"0mbit", `s.yaml:2: traffic[0].rate:`},
+	} {
+		bad := "paths: [{name: a}]\ntraffic: [{type: bulk, duration: 20s, rate: " + tc.rate + "}]\nvariants: [tcp]\n"
+		if _, err := Parse("s.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rate %s: err = %v, want %q", tc.rate, err, tc.want)
+		}
+	}
+}

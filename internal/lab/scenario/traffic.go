@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"mpsteer/internal/units"
 	"mpsteer/internal/yamlcfg"
 )
@@ -28,6 +30,10 @@ type Traffic struct {
 	Upload bool
 	// Bulk: concurrent connections (1 to MaxStreams).
 	Streams int
+	// AppRates: a bulk sender that sends at most these rates (all its
+	// streams together), each from its At (from the transfer's start) to
+	// the next; none: as fast as the connection takes.
+	AppRates []RateStep
 	// Competitor: single-path TCP over Path beside the measured traffic,
 	// measured apart (competitor.go).
 	Competitor bool
@@ -47,6 +53,63 @@ type Traffic struct {
 	Stop     time.Duration
 	Rate     units.Rate
 	Line     int
+}
+
+// RateStep is an application's sending rate from At on.
+type RateStep struct {
+	At   time.Duration
+	Rate units.Rate
+}
+
+// MaxRateSteps bounds a bulk sender's rate schedule.
+const MaxRateSteps = 64
+
+// parseAppRates reads a bulk sender's rate: one rate (rate: 30mbit), or a
+// schedule (rate: [{at: 0s, rate: 30mbit}, {at: 10s, rate: 60mbit}]).
+func parseAppRates(t *yamlcfg.Map, duration time.Duration) []RateStep {
+	n := yamlcfg.RawNode(t, "rate")
+	if n == nil {
+		return nil
+	}
+	if n.Kind == yaml.ScalarNode {
+		r := t.RateIn("rate", 0, 1, MaxFloodRate)
+		if r <= 0 {
+			if !t.Failed("rate") {
+				t.Errorf("rate", "an application's rate must be above 0bit (leave rate out for a sender as fast as the connection)")
+			}
+			return nil
+		}
+		return []RateStep{{0, r}}
+	}
+	items := t.List("rate")
+	if len(items) > MaxRateSteps {
+		t.Errorf("rate", "%d steps; at most %d", len(items), MaxRateSteps)
+		return nil
+	}
+	var out []RateStep
+	for i, it := range items {
+		if it.Map == nil {
+			t.ErrorAt(it.Node, it.Path, "a step is a mapping {at: 10s, rate: 60mbit}")
+			continue
+		}
+		st := RateStep{At: it.Map.DurationIn("at", 0, 0, MaxRunTime), Rate: it.Map.RateIn("rate", 0, 1, MaxFloodRate)}
+		switch {
+		case !it.Map.Has("rate"):
+			it.Map.Errorf("", "a step needs a rate, e.g. {at: 10s, rate: 60mbit}")
+		case i == 0 && st.At != 0 && !it.Map.Failed("at"):
+			it.Map.Errorf("at", "the first step starts the transfer: at: 0s")
+		case i > 0 && st.At <= out[len(out)-1].At && !it.Map.Failed("at"):
+			it.Map.Errorf("at", "steps go forward in time: %s is not after %s", yamlcfg.FormatDuration(st.At), yamlcfg.FormatDuration(out[len(out)-1].At))
+		case duration > 0 && st.At >= duration && !it.Map.Failed("at"):
+			it.Map.Errorf("at", "the transfer ends at %s, before this step", yamlcfg.FormatDuration(duration))
+		}
+		it.Map.Done()
+		out = append(out, st)
+	}
+	if len(out) == 0 && !t.Failed("rate") {
+		t.Errorf("rate", "give a rate (rate: 30mbit) or steps (rate: [{at: 0s, rate: 30mbit}, {at: 10s, rate: 60mbit}])")
+	}
+	return out
 }
 
 // End is when the generator stops (0 = unknown, size-bound).
@@ -82,6 +145,7 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 		}
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
 		tr.Streams = t.Int("streams", 1, 1, MaxStreams)
+		tr.AppRates = parseAppRates(t, tr.Duration)
 		parseCompetitor(t, &tr, paths, tn)
 	case Flows:
 		sizes := t.Strings("sizes")

@@ -154,8 +154,44 @@ type Bulk struct {
 	Size     int64 // in all (split evenly over the streams)
 	// Streams: concurrent connections (0 or 1: one).
 	Streams int
+	// Rates: the sending application's rate schedule (all streams
+	// together; none: as fast as the connections take).
+	Rates []RateStep
 	// Meter counts what the receiving application read.
 	Meter Meter
+}
+
+// RateStep is a sender's rate from At (since the transfer started) on.
+type RateStep struct {
+	At          time.Duration
+	BytesPerSec float64
+}
+
+// allowed is how many bytes a sender on this schedule may have written
+// by elapsed.
+func allowed(steps []RateStep, elapsed time.Duration) float64 {
+	var out float64
+	for i, st := range steps {
+		end := elapsed
+		if i+1 < len(steps) {
+			end = min(end, steps[i+1].At)
+		}
+		if end > st.At {
+			out += st.BytesPerSec * (end - st.At).Seconds()
+		}
+	}
+	return out
+}
+
+// rateAt is the schedule's rate at elapsed.
+func rateAt(steps []RateStep, elapsed time.Duration) float64 {
+	r := 0.0
+	for _, st := range steps {
+		if st.At <= elapsed {
+			r = st.BytesPerSec
+		}
+	}
+	return r
 }
 
 // BulkResult describes a finished transfer.
@@ -230,6 +266,11 @@ func (b *Bulk) Run(ctx context.Context) (BulkResult, error) {
 
 	var wg sync.WaitGroup
 	errs := make([]error, 2*n)
+	// Each stream sends its part of the application's rate.
+	var rates []RateStep
+	for _, st := range b.Rates {
+		rates = append(rates, RateStep{At: st.At, BytesPerSec: st.BytesPerSec / float64(n)})
+	}
 	for i := range n {
 		size := b.Size / int64(n)
 		if b.Size > 0 && i == 0 {
@@ -238,7 +279,7 @@ func (b *Bulk) Run(ctx context.Context) (BulkResult, error) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			errs[2*i] = send(srcs[i], b.Duration, size)
+			errs[2*i] = send(srcs[i], b.Duration, size, rates)
 			if tc, ok := srcs[i].(*net.TCPConn); ok {
 				tc.CloseWrite()
 			}
@@ -259,16 +300,48 @@ func (b *Bulk) Run(ctx context.Context) (BulkResult, error) {
 
 var zeros = make([]byte, 256<<10)
 
-// send writes until d has passed or size bytes are out (0 = no limit).
-func send(c net.Conn, d time.Duration, size int64) error {
+// pacedChunk is what a sender with a rate writes at once: small enough
+// that the writes come every few milliseconds at tens of Mbit/s;
+// burstDepth is the most it sends at once to catch up.
+const (
+	pacedChunk = 16 << 10
+	burstDepth = 50 * time.Millisecond
+)
+
+// send writes until d has passed or size bytes are out (0 = no limit),
+// at most at the schedule's rates (none: as fast as it can).
+func send(c net.Conn, d time.Duration, size int64, rates []RateStep) error {
+	start := time.Now()
 	var deadline time.Time
 	if d > 0 {
-		deadline = time.Now().Add(d)
+		deadline = start.Add(d)
 		c.SetWriteDeadline(deadline)
 	}
 	var sent int64
+	var skipped float64 // budget dropped beyond burstDepth
 	for {
 		chunk := zeros
+		if len(rates) > 0 {
+			chunk = zeros[:pacedChunk]
+			for {
+				el := time.Since(start)
+				// The budget holds at most burstDepth of the rate: after a
+				// stall the application goes on at its rate, it does not
+				// send what it could not at once.
+				if lag := allowed(rates, el) - skipped - float64(sent) - rateAt(rates, el)*burstDepth.Seconds(); lag > 0 {
+					skipped += lag
+				}
+				need := float64(sent+pacedChunk) - (allowed(rates, el) - skipped)
+				if need <= 0 {
+					break
+				}
+				if !deadline.IsZero() && time.Now().After(deadline) {
+					return nil // the duration is over
+				}
+				wait := time.Duration(need / rateAt(rates, el) * float64(time.Second))
+				time.Sleep(min(max(wait, 200*time.Microsecond), 10*time.Millisecond))
+			}
+		}
 		if size > 0 {
 			if left := size - sent; left < int64(len(chunk)) {
 				chunk = chunk[:left]
@@ -396,7 +469,7 @@ func (f *Flows) serve(ln net.Listener) {
 			v := beUint64(hdr[:])
 			size, down := int64(v&^(1<<63)), v&(1<<63) != 0
 			if down {
-				send(c, 0, size)
+				send(c, 0, size, nil)
 				return
 			}
 			buf := make([]byte, 64<<10)
@@ -438,7 +511,7 @@ func (f *Flows) one(ctx context.Context, size int64) FlowResult {
 		return fail(err)
 	}
 	if f.Upload {
-		if err := send(c, 0, size); err != nil {
+		if err := send(c, 0, size, nil); err != nil {
 			return fail(err)
 		}
 		var ack [1]byte
