@@ -24,12 +24,18 @@ type applier struct {
 	backupVia  string
 	rateVia    string
 	joinBackup bool // the last requirements synced
+	// reopening: the last round had Reopen wishes (the flag actuator is
+	// told once when they stop).
+	reopening bool
+	// read reads the namespace's subflows now (for removing and
+	// re-adding endpoints).
+	read actuator.SubflowReader
 }
 
-func newApplier(c actuator.PM, state *crashstate.File, cookie uint64, dp func() (*datapath.Manager, error), cfg *config.Config, pmMode string) applier {
-	a := applier{backupVia: cfg.BackupVia, rateVia: cfg.RateVia}
+func newApplier(c actuator.PM, state *crashstate.File, cookie uint64, dp func() (*datapath.Manager, error), cfg *config.Config, pmMode string, read actuator.SubflowReader) applier {
+	a := applier{backupVia: cfg.BackupVia, rateVia: cfg.RateVia, read: read}
 	gate := &actuator.Gate{}
-	a.flags = newFlags(c, gate, state, cfg, pmMode)
+	a.flags = newFlags(c, gate, state, cfg, pmMode, read)
 	a.rates = actuator.NewRates(cfg.RateVia, cookie, gate, dp)
 	a.life = actuator.NewLifecycle(c, pmMode)
 	a.Applier = actuator.Applier{Gate: gate, Flags: a.flags, Rates: a.rates, Lifecycle: a.life}
@@ -38,7 +44,7 @@ func newApplier(c actuator.PM, state *crashstate.File, cookie uint64, dp func() 
 
 // newFlags picks the flag actuator backup_via says (auto: per subflow
 // under the userspace path manager, else per endpoint).
-func newFlags(c actuator.PM, gate *actuator.Gate, state *crashstate.File, cfg *config.Config, pmMode string) actuator.Flags {
+func newFlags(c actuator.PM, gate *actuator.Gate, state *crashstate.File, cfg *config.Config, pmMode string, read actuator.SubflowReader) actuator.Flags {
 	via := cfg.BackupVia
 	if via == config.BackupAuto {
 		via = config.BackupEndpoint
@@ -49,7 +55,7 @@ func newFlags(c actuator.PM, gate *actuator.Gate, state *crashstate.File, cfg *c
 	if via == config.BackupSubflow {
 		return actuator.NewSubflowFlags(c, gate)
 	}
-	return actuator.NewEndpointFlags(c, gate, state, endpointScope(cfg))
+	return actuator.NewEndpointFlags(c, gate, state, endpointScope(cfg), read)
 }
 
 func endpointScope(cfg *config.Config) actuator.Scope {
@@ -72,7 +78,7 @@ func (d *Daemon) followConfig() {
 	a.flags.SetScope(endpointScope(d.cfg))
 	if next := newFlagsMode(d.cfg, d.pmMode); d.cfg.BackupVia != a.backupVia || next != a.flags.Mode() {
 		d.records.add(d, a.flags.Restore()...)
-		a.flags = newFlags(d.pmc, a.Gate, d.state, d.cfg, d.pmMode)
+		a.flags = newFlags(d.pmc, a.Gate, d.state, d.cfg, d.pmMode, a.read)
 		a.Flags, a.backupVia = a.flags, d.cfg.BackupVia
 		d.log.Printf("backup flags are set per %s now (backup_via %s)", a.flags.Mode(), a.backupVia)
 	}

@@ -36,6 +36,7 @@ func (c *countingPM) SubflowDestroy(uint32, netip.AddrPort, netip.AddrPort) erro
 	return nil
 }
 func (c *countingPM) Announce(uint32, pm.Endpoint) error { c.count(); return nil }
+func (c *countingPM) Limits() (pm.Limits, error)         { return pm.Limits{}, nil }
 func (c *countingPM) Remove(uint32, uint8) error         { c.count(); return nil }
 
 // loopDaemon is a daemon without a kernel whose policy makes every

@@ -28,6 +28,8 @@ type RTOCapper struct {
 	link link.Link
 	want map[netip.Addr]time.Duration
 	syn  map[netip.Addr]time.Duration
+	// iter runs mpsteer_rto_existing (attached on first use).
+	iter *link.Iter
 }
 
 // NewRTOCapper loads and attaches the program for the network namespace
@@ -146,11 +148,43 @@ func readKernelConfig(key string) (string, bool) {
 	return "", false
 }
 
-// Stats counts sockets seen, MPTCP subflows seen, timeouts set, and
-// answered probes given back the initial window.
+// ApplyToExisting gives the subflows already established in the calling
+// thread's namespace what the sockops program gives new ones: the RTO cap
+// of their local address (Set), and TCP_NOTSENT_LOWAT notsent bytes (0:
+// left alone). A policy given at run time (mpsteer prefer) finds its
+// connections established; without this their subflows kept the kernel's
+// 120 s RTO cap and unbounded unsent queues.
+func (r *RTOCapper) ApplyToExisting(notsent int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	conf := rtoExistingConf{NotsentLowat: uint32(max(notsent, 0))}
+	if err := r.objs.ExistingConf.Put(uint32(0), &conf); err != nil {
+		return fmt.Errorf("the existing subflows' settings: %w", err)
+	}
+	if r.iter == nil {
+		it, err := link.AttachIter(link.IterOptions{Program: r.objs.MpsteerRtoExisting})
+		if err != nil {
+			return fmt.Errorf("the existing subflows' iterator: %w", err)
+		}
+		r.iter = it
+	}
+	rd, err := r.iter.Open()
+	if err != nil {
+		return fmt.Errorf("the existing subflows' iterator: %w", err)
+	}
+	defer rd.Close()
+	if _, err := io.Copy(io.Discard, rd); err != nil {
+		return fmt.Errorf("the existing subflows' iterator: %w", err)
+	}
+	return nil
+}
+
+// Stats counts sockets seen, MPTCP subflows seen, timeouts set, answered
+// probes given back the initial window, and settings given to subflows
+// that were established before (ApplyToExisting).
 func (r *RTOCapper) Stats() map[string]uint64 {
 	out := map[string]uint64{}
-	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed", "syn_timeouts_set", "probe_windows_restored"} {
+	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed", "syn_timeouts_set", "probe_windows_restored", "existing_set", "existing_failed"} {
 		var v uint64
 		if err := r.objs.RtoStats.Lookup(uint32(i), &v); err == nil {
 			out[name] = v
@@ -161,5 +195,9 @@ func (r *RTOCapper) Stats() map[string]uint64 {
 
 // Close detaches and unloads.
 func (r *RTOCapper) Close() error {
-	return errors.Join(r.link.Close(), r.objs.Close())
+	var it error
+	if r.iter != nil {
+		it = r.iter.Close()
+	}
+	return errors.Join(it, r.link.Close(), r.objs.Close())
 }
