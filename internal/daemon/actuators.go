@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"net/netip"
 	"time"
 
 	"mpsteer/internal/actuator"
@@ -25,8 +26,9 @@ type applier struct {
 	rateVia    string
 	joinBackup bool // the last requirements synced
 	// reopening: the last round had Reopen wishes (the flag actuator is
-	// told once when they stop).
-	reopening bool
+	// told once when they stop); reopenAddrs their addresses.
+	reopening   bool
+	reopenAddrs map[netip.Addr]bool
 	// read reads the namespace's subflows now (for removing and
 	// re-adding endpoints).
 	read actuator.SubflowReader
@@ -67,6 +69,25 @@ func (a *applier) apply(plan policy.Plan, est []observe.Subflow, refresh bool, n
 }
 
 func (a *applier) restore() []api.ActionRecord { return a.Restore() }
+
+// newReopen notes the addresses of a round's Reopen wishes and reports
+// whether one is new (the requirements are synced then: not every round).
+func (a *applier) newReopen(wants []policy.Action) bool {
+	if len(wants) == 0 {
+		a.reopenAddrs = nil
+		return false
+	}
+	if a.reopenAddrs == nil {
+		a.reopenAddrs = map[netip.Addr]bool{}
+	}
+	fresh := false
+	for _, w := range wants {
+		if addr := w.Subflow.Local.Addr(); !a.reopenAddrs[addr] {
+			a.reopenAddrs[addr], fresh = true, true
+		}
+	}
+	return fresh
+}
 
 // followConfig makes the applier the one the config and the path manager
 // call for (under mu): a changed backup_via (or, with auto, a switched path

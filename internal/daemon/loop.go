@@ -240,7 +240,7 @@ func (d *Daemon) round(t taken) {
 	snap.Sampled = d.view.sampledAt
 	plan, apply := d.decide(snap)
 	reopen, lifecycle := splitReopen(plan.Lifecycle)
-	if len(reopen) > 0 {
+	if d.apply.newReopen(reopen) {
 		// The fresh subflows a re-added endpoint makes are probes: their
 		// SYN timeout must be in the sockops map before they are opened.
 		d.syncRequirements()

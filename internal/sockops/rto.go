@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -28,8 +29,11 @@ type RTOCapper struct {
 	link link.Link
 	want map[netip.Addr]time.Duration
 	syn  map[netip.Addr]time.Duration
-	// iter runs mpsteer_rto_existing (attached on first use).
-	iter *link.Iter
+	// existing: the iterator of rtoexisting.bpf.c, loaded on first use
+	// (with the rto_max map of objs); existingErr: it could not be.
+	existing    *rtoexistingObjects
+	iter        *link.Iter
+	existingErr error
 }
 
 // NewRTOCapper loads and attaches the program for the network namespace
@@ -157,16 +161,12 @@ func readKernelConfig(key string) (string, bool) {
 func (r *RTOCapper) ApplyToExisting(notsent int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	conf := rtoExistingConf{NotsentLowat: uint32(max(notsent, 0))}
-	if err := r.objs.ExistingConf.Put(uint32(0), &conf); err != nil {
-		return fmt.Errorf("the existing subflows' settings: %w", err)
+	if err := r.loadExisting(); err != nil {
+		return err
 	}
-	if r.iter == nil {
-		it, err := link.AttachIter(link.IterOptions{Program: r.objs.MpsteerRtoExisting})
-		if err != nil {
-			return fmt.Errorf("the existing subflows' iterator: %w", err)
-		}
-		r.iter = it
+	conf := rtoexistingExistingConf{NotsentLowat: uint32(max(notsent, 0))}
+	if err := r.existing.ExistingConf.Put(uint32(0), &conf); err != nil {
+		return fmt.Errorf("the existing subflows' settings: %w", err)
 	}
 	rd, err := r.iter.Open()
 	if err != nil {
@@ -179,15 +179,50 @@ func (r *RTOCapper) ApplyToExisting(notsent int) error {
 	return nil
 }
 
+// loadExisting loads and attaches the iterator once; a failure is kept
+// (the RTO caps of new subflows do not depend on it).
+func (r *RTOCapper) loadExisting() error {
+	if r.existing != nil || r.existingErr != nil {
+		return r.existingErr
+	}
+	spec, err := loadRtoexisting()
+	if err == nil {
+		objs := &rtoexistingObjects{}
+		err = spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"rto_max": r.objs.RtoMax}})
+		if err == nil {
+			it, aerr := link.AttachIter(link.IterOptions{Program: objs.MpsteerRtoExisting})
+			if aerr != nil {
+				objs.Close()
+				err = aerr
+			} else {
+				r.existing, r.iter = objs, it
+				return nil
+			}
+		}
+	}
+	r.existingErr = fmt.Errorf("the existing subflows' iterator: %w", bpfutil.VerifierDetail(err))
+	return r.existingErr
+}
+
 // Stats counts sockets seen, MPTCP subflows seen, timeouts set, answered
 // probes given back the initial window, and settings given to subflows
 // that were established before (ApplyToExisting).
 func (r *RTOCapper) Stats() map[string]uint64 {
 	out := map[string]uint64{}
-	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed", "syn_timeouts_set", "probe_windows_restored", "existing_set", "existing_failed"} {
+	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed", "syn_timeouts_set", "probe_windows_restored"} {
 		var v uint64
 		if err := r.objs.RtoStats.Lookup(uint32(i), &v); err == nil {
 			out[name] = v
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.existing != nil {
+		for i, name := range []string{"existing_set", "existing_failed"} {
+			var v uint64
+			if err := r.existing.ExistingStats.Lookup(uint32(i), &v); err == nil {
+				out[name] = v
+			}
 		}
 	}
 	return out
@@ -195,9 +230,12 @@ func (r *RTOCapper) Stats() map[string]uint64 {
 
 // Close detaches and unloads.
 func (r *RTOCapper) Close() error {
-	var it error
+	var it, ex error
 	if r.iter != nil {
 		it = r.iter.Close()
 	}
-	return errors.Join(it, r.link.Close(), r.objs.Close())
+	if r.existing != nil {
+		ex = r.existing.Close()
+	}
+	return errors.Join(it, ex, r.link.Close(), r.objs.Close())
 }

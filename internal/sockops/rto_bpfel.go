@@ -19,22 +19,15 @@ type rtoAddrKey struct {
 	Addr   [4]uint32
 }
 
-type rtoExistingConf struct {
-	_            structs.HostLayout
-	NotsentLowat uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	rtoMapExistingConf        = "existing_conf"
-	rtoMapRtoMax              = "rto_max"
-	rtoMapRtoStats            = "rto_stats"
-	rtoMapSynRto              = "syn_rto"
-	rtoProgMpsteerRto         = "mpsteer_rto"
-	rtoProgMpsteerRtoExisting = "mpsteer_rto_existing"
-	rtoVarNetnsCookie         = "netns_cookie"
+	rtoMapRtoMax      = "rto_max"
+	rtoMapRtoStats    = "rto_stats"
+	rtoMapSynRto      = "syn_rto"
+	rtoProgMpsteerRto = "mpsteer_rto"
+	rtoVarNetnsCookie = "netns_cookie"
 )
 
 // loadRto returns the embedded CollectionSpec for rto.
@@ -79,18 +72,16 @@ type rtoSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rtoProgramSpecs struct {
-	MpsteerRto         *ebpf.ProgramSpec `ebpf:"mpsteer_rto"`
-	MpsteerRtoExisting *ebpf.ProgramSpec `ebpf:"mpsteer_rto_existing"`
+	MpsteerRto *ebpf.ProgramSpec `ebpf:"mpsteer_rto"`
 }
 
 // rtoMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rtoMapSpecs struct {
-	ExistingConf *ebpf.MapSpec `ebpf:"existing_conf"`
-	RtoMax       *ebpf.MapSpec `ebpf:"rto_max"`
-	RtoStats     *ebpf.MapSpec `ebpf:"rto_stats"`
-	SynRto       *ebpf.MapSpec `ebpf:"syn_rto"`
+	RtoMax   *ebpf.MapSpec `ebpf:"rto_max"`
+	RtoStats *ebpf.MapSpec `ebpf:"rto_stats"`
+	SynRto   *ebpf.MapSpec `ebpf:"syn_rto"`
 }
 
 // rtoVariableSpecs contains global variables before they are loaded into the kernel.
@@ -120,15 +111,13 @@ func (o *rtoObjects) Close() error {
 //
 // It can be passed to loadRtoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rtoMaps struct {
-	ExistingConf *ebpf.Map `ebpf:"existing_conf"`
-	RtoMax       *ebpf.Map `ebpf:"rto_max"`
-	RtoStats     *ebpf.Map `ebpf:"rto_stats"`
-	SynRto       *ebpf.Map `ebpf:"syn_rto"`
+	RtoMax   *ebpf.Map `ebpf:"rto_max"`
+	RtoStats *ebpf.Map `ebpf:"rto_stats"`
+	SynRto   *ebpf.Map `ebpf:"syn_rto"`
 }
 
 func (m *rtoMaps) Close() error {
 	return _RtoClose(
-		m.ExistingConf,
 		m.RtoMax,
 		m.RtoStats,
 		m.SynRto,
@@ -146,14 +135,12 @@ type rtoVariables struct {
 //
 // It can be passed to loadRtoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rtoPrograms struct {
-	MpsteerRto         *ebpf.Program `ebpf:"mpsteer_rto"`
-	MpsteerRtoExisting *ebpf.Program `ebpf:"mpsteer_rto_existing"`
+	MpsteerRto *ebpf.Program `ebpf:"mpsteer_rto"`
 }
 
 func (p *rtoPrograms) Close() error {
 	return _RtoClose(
 		p.MpsteerRto,
-		p.MpsteerRtoExisting,
 	)
 }
 

@@ -13,9 +13,8 @@
 // with a window of one segment (RFC 5681's guard against a congested
 // path), but a probe's SYNs were lost because the path was down, not
 // congested, and one segment would take five round trips to fill the path.
-// The iterator mpsteer_rto_existing gives subflows that were established
-// before (a policy given at run time) what the sockops program gives new
-// ones: the RTO cap, and the notsent_lowat the existing_conf map holds.
+// rtoexisting.bpf.c gives subflows that were established before what this
+// program gives new ones.
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -23,9 +22,6 @@
 #define SOL_TCP 6
 #define TCP_SYNCNT 7
 #define TCP_RTO_MAX_MS 44
-#define TCP_NOTSENT_LOWAT 25
-#define TCP_LISTEN 10
-#define TCP_CLOSE 7
 #define TCP_BPF_IW 1001
 #define TCP_INIT_CWND 10
 #define AF_INET 2
@@ -50,20 +46,7 @@ struct {
 	__type(value, __u32); // SYN timeout in jiffies
 } syn_rto SEC(".maps");
 
-// What the iterator sets on existing subflows: TCP_NOTSENT_LOWAT (0: left
-// alone).
-struct existing_conf {
-	__u32 notsent_lowat;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct existing_conf);
-} existing_conf SEC(".maps");
-
-enum { STAT_SEEN, STAT_MPTCP, STAT_SET, STAT_FAILED, STAT_SYN, STAT_IW, STAT_EXISTING, STAT_EXISTING_FAILED, STAT_MAX };
+enum { STAT_SEEN, STAT_MPTCP, STAT_SET, STAT_FAILED, STAT_SYN, STAT_IW, STAT_MAX };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -170,54 +153,6 @@ int mpsteer_rto(struct bpf_sock_ops *skops)
 	else
 		count(STAT_FAILED);
 	return 1;
-}
-
-// mpsteer_rto_existing runs over the TCP sockets of the namespace that
-// reads it (an iterator): on each MPTCP subflow it sets what the sockops
-// program sets at establishment, for subflows that were there before.
-SEC("iter/tcp")
-int mpsteer_rto_existing(struct bpf_iter__tcp *ctx)
-{
-	struct sock_common *skc = ctx->sk_common;
-	if (!skc)
-		return 0;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(skc); // full sockets only
-	if (!tp)
-		return 0;
-	__u8 state = skc->skc_state;
-	if (state == TCP_LISTEN || state == TCP_CLOSE)
-		return 0;
-	if (!BPF_CORE_READ_BITFIELD(tp, is_mptcp) || !tp->inet_conn.icsk_ulp_data)
-		return 0; // subflows only
-	struct addr_key key = {.family = skc->skc_family};
-	if (key.family == AF_INET) {
-		key.addr[0] = skc->skc_rcv_saddr;
-	} else if (key.family == AF_INET6) {
-		key.addr[0] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[0];
-		key.addr[1] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[1];
-		key.addr[2] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[2];
-		key.addr[3] = skc->skc_v6_rcv_saddr.in6_u.u6_addr32[3];
-	} else {
-		return 0;
-	}
-	__u32 *ms = bpf_map_lookup_elem(&rto_max, &key);
-	if (ms) {
-		int val = *ms;
-		if (bpf_setsockopt(tp, SOL_TCP, TCP_RTO_MAX_MS, &val, sizeof(val)) == 0)
-			count(STAT_EXISTING);
-		else
-			count(STAT_EXISTING_FAILED);
-	}
-	__u32 zero = 0;
-	struct existing_conf *c = bpf_map_lookup_elem(&existing_conf, &zero);
-	if (c && c->notsent_lowat) {
-		int v = c->notsent_lowat;
-		if (bpf_setsockopt(tp, SOL_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)) == 0)
-			count(STAT_EXISTING);
-		else
-			count(STAT_EXISTING_FAILED);
-	}
-	return 0;
 }
 
 char LICENSE[] SEC("license") = "GPL";
