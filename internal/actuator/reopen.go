@@ -104,6 +104,9 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 		}
 		why, ok := a.mayReopen(addr, w.tokens, est, joining)
 		if !ok {
+			if why != "" {
+				st.last = now // looked at again at the pace, not every round
+			}
 			if why != "" && why != st.note {
 				st.note = why
 				act := record(string(policy.Reopen), "endpoint "+addr.String(), nil)
