@@ -39,7 +39,9 @@ import (
 // reopenState is an address whose endpoint the policies want re-added.
 type reopenState struct {
 	since, last time.Time
-	interval    time.Duration
+	// asked: the last round with a wish for it.
+	asked    time.Time
+	interval time.Duration
 	count       int
 	who         string
 	// note: why it was not re-added the last time it was due (said once
@@ -80,9 +82,12 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 	if a.reopening == nil {
 		a.reopening = map[netip.Addr]*reopenState{}
 	}
-	for addr := range a.reopening {
-		if byAddr[addr] == nil {
-			delete(a.reopening, addr) // answered: nobody asks any more
+	for addr, st := range a.reopening {
+		// Answered: nobody asks any more. A round without the wish (a
+		// policy that could not resolve its interfaces for a moment) does
+		// not reset the pace: the state goes after two intervals.
+		if byAddr[addr] == nil && now.Sub(st.asked) >= 2*st.interval {
+			delete(a.reopening, addr)
 		}
 	}
 	addrs := make([]netip.Addr, 0, len(byAddr))
@@ -98,7 +103,7 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 			st = &reopenState{since: now}
 			a.reopening[addr] = st
 		}
-		st.who, st.interval = w.who, w.interval
+		st.who, st.interval, st.asked = w.who, w.interval, now
 		if !st.last.IsZero() && now.Before(st.due()) {
 			continue
 		}

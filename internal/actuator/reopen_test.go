@@ -292,3 +292,24 @@ func TestOwnedEndpointInUseIsKept(t *testing.T) {
 		t.Fatal("not removed once unused")
 	}
 }
+
+// A round without the wish (a policy that could not resolve its
+// interfaces for a moment) does not reset the pace: the next wish is
+// not carried out at once.
+func TestReopenPaceSurvivesARoundWithoutTheWish(t *testing.T) {
+	k := newFakePM(pm.Endpoint{ID: 1, Addr: addrB, Flags: pm.FlagSubflow})
+	a := NewEndpointFlags(k, &Gate{}, newState(t), Scope{}, nil)
+	t0 := time.Unix(100, 0)
+	want := []policy.Action{reopenWant(7, addrB, 240*time.Millisecond)}
+	a.Reopen(want, nil, nil, t0)
+	a.Reopen(nil, nil, nil, t0.Add(50*time.Millisecond))
+	a.Reopen(want, nil, nil, t0.Add(60*time.Millisecond))
+	if n := calls(k, "del"); n != 1 {
+		t.Fatalf("%d re-adds within 60 ms, want 1", n)
+	}
+	// Unasked for two intervals: answered, forgotten; the next wish is new.
+	a.Reopen(nil, nil, nil, t0.Add(600*time.Millisecond))
+	if !a.ReopenDue().IsZero() {
+		t.Fatal("still paced after the wishes stopped")
+	}
+}
