@@ -51,6 +51,9 @@ type probeState struct {
 	probes int
 	seen   map[SubflowID]time.Time // probes (joining subflows), first seen
 	recent []time.Time             // probes asked for lately
+	// rtt: the path's round trip, the largest minimum RTT its subflows
+	// showed before they stalled (prefer_reopen.go).
+	rtt time.Duration
 }
 
 // asked counts the probes asked for within the last two intervals (a

@@ -56,18 +56,21 @@ const (
 // reopenPeriod is how often the endpoint is re-added: once the probe's
 // SYN has been sent and retransmitted at its linear pace (the first SYN
 // and tcp_syn_linear_timeouts+1 retransmissions, one ProbeInterval apart,
-// before the timeout doubles), so that the next SYN is the next probe's.
-// probing is how long the address has been probed.
-func (p *Prefer) reopenPeriod(probing time.Duration) time.Duration {
+// before the timeout doubles), so that the next SYN is the next probe's;
+// and not before the answer to the probe's last SYN at that pace could be
+// back (rtt, the path's round trip: a re-add closes the probe, and a
+// SYN/ACK on its way would find it gone). probing is how long the
+// address has been probed.
+func (p *Prefer) reopenPeriod(probing, rtt time.Duration) time.Duration {
 	linear := 4
 	if p.env.SynLinearKnown {
 		linear = p.env.SynLinearTimeouts
 	}
-	period := time.Duration(linear+2) * p.ProbeInterval
+	period := max(time.Duration(linear+2)*p.ProbeInterval, time.Duration(linear+1)*p.ProbeInterval+rtt)
 	for t := reopenSteadyAfter; probing > t && period < maxReopenPeriod; t += period {
 		period *= 2
 	}
-	return min(period, max(maxReopenPeriod, time.Duration(linear+2)*p.ProbeInterval))
+	return min(period, max(maxReopenPeriod, time.Duration(linear+2)*p.ProbeInterval+rtt))
 }
 
 // reopen wants fresh subflows from the preferred addresses of a client
@@ -99,6 +102,7 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			continue
 		}
 		var est, silent int
+		var rtt time.Duration
 		healthy := false
 		for _, sf := range c.Subflows {
 			if sf.Local.Addr() != a {
@@ -109,6 +113,7 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			if sf.Backoff >= reopenBackoff {
 				silent++
 			}
+			rtt = max(rtt, sf.MinRTT)
 		}
 		if est > 0 {
 			st.seenOn[a] = true
@@ -125,6 +130,7 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			ps = &probeState{since: now}
 			st.probing[a] = ps
 		}
+		ps.rtt = max(ps.rtt, rtt)
 		probing := now.Sub(ps.since)
 		if silent < est {
 			// Stalled, but maybe for a moment: a re-add closes the subflow
@@ -139,7 +145,7 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			cs.Probing = append(cs.Probing, fmt.Sprintf("%s: address gone, waiting for it (%s)", a, fmtMs(probing)))
 			continue
 		}
-		period := p.reopenPeriod(probing)
+		period := p.reopenPeriod(probing, ps.rtt)
 		why := "its subflows were closed by the last re-add, no new one answered yet"
 		if est > 0 {
 			why = fmt.Sprintf("its %d subflow(s) stalled", est)

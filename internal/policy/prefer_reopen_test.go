@@ -83,7 +83,7 @@ func TestPreferReopensAStalledPreferredPathUnderTheKernelPM(t *testing.T) {
 	// A second timeout in a row: its endpoint is to be re-added, the
 	// probes' SYN every 40 ms, re-added every 6 of them (4 linear
 	// retransmissions, then the timeout would double).
-	wifi.Backoff, wifi.LastAckRecv = 2, 1200*ms
+	wifi.Backoff, wifi.LastAckRecv, wifi.MinRTT = 2, 1200*ms, 20*ms
 	w.add(100 * ms)
 	r := kinds(w.decide(), Reopen)
 	if len(r) != 1 || r[0].Subflow.Local.AddrPort() != netip.AddrPortFrom(wifiAddr, 0) || r[0].Subflow.Remote.AddrPort() != remote || r[0].Interval != 240*ms || r[0].Token != 1 {
@@ -178,21 +178,24 @@ func TestPreferReopensOnlyWhatItShould(t *testing.T) {
 // silence it halves at every re-add, down to one every 4 s.
 func TestPreferReopenPeriod(t *testing.T) {
 	for _, c := range []struct {
-		env     Env
-		probing time.Duration
-		want    time.Duration
+		env          Env
+		probing, rtt time.Duration
+		want         time.Duration
 	}{
-		{Env{}, 0, 240 * ms},
-		{Env{SynLinearKnown: true, SynLinearTimeouts: 4}, 5 * time.Second, 240 * ms},
-		{Env{SynLinearKnown: true, SynLinearTimeouts: 0}, 0, 80 * ms}, // before 6.5: every SYN timeout doubles
-		{Env{SynLinearKnown: true, SynLinearTimeouts: 8}, 0, 400 * ms},
-		{Env{}, 10*time.Second + ms, 480 * ms},
-		{Env{}, 10*time.Second + 480*ms + ms, 960 * ms},
-		{Env{}, time.Hour, 4 * time.Second},
+		{Env{}, 0, 20 * ms, 240 * ms},
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 4}, 5 * time.Second, 0, 240 * ms},
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 0}, 0, 0, 80 * ms}, // before 6.5: every SYN timeout doubles
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 8}, 0, 0, 400 * ms},
+		// A far path: the answer to the last SYN at the linear pace is
+		// awaited (200 ms + its 80 ms round trip).
+		{Env{}, 0, 80 * ms, 280 * ms},
+		{Env{}, 10*time.Second + ms, 0, 480 * ms},
+		{Env{}, 10*time.Second + 480*ms + ms, 0, 960 * ms},
+		{Env{}, time.Hour, 0, 4 * time.Second},
 	} {
 		p := NewPrefer(Env{PathManager: KernelPM, SynLinearTimeouts: c.env.SynLinearTimeouts, SynLinearKnown: c.env.SynLinearKnown})
-		if got := p.reopenPeriod(c.probing); got != c.want {
-			t.Errorf("linear %d (known %v), probing %v: period %v, want %v", c.env.SynLinearTimeouts, c.env.SynLinearKnown, c.probing, got, c.want)
+		if got := p.reopenPeriod(c.probing, c.rtt); got != c.want {
+			t.Errorf("linear %d (known %v), probing %v, rtt %v: period %v, want %v", c.env.SynLinearTimeouts, c.env.SynLinearKnown, c.probing, c.rtt, got, c.want)
 		}
 	}
 }
