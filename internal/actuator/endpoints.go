@@ -89,8 +89,10 @@ type endpointFlags struct {
 	unmanaged map[netip.Addr]bool
 	recheck   bool
 	// reopening: addresses whose endpoint the policies want re-added
-	// (reopen.go).
+	// (reopen.go); reopenIDs the two ids each is re-added under in turn,
+	// its own and a spare one.
 	reopening map[netip.Addr]*reopenState
+	reopenIDs map[netip.Addr][2]uint8
 	// read reads the namespace's subflows now (nil: only what the last
 	// round saw, lastUsed): an endpoint mpsteer owns is removed only when
 	// no subflow uses its address, since removing it closes them, the
@@ -124,7 +126,8 @@ func (r SubflowReader) usage() (map[netip.Addr]int, error) {
 // subflows when an endpoint is to be removed or re-added.
 func NewEndpointFlags(c PM, gate *Gate, state *crashstate.File, scope Scope, read SubflowReader) Flags {
 	return &endpointFlags{c: c, gate: gate, state: state, scope: scope, set: map[netip.Addr]pm.Endpoint{},
-		yielded: map[netip.Addr]bool{}, unmanaged: map[netip.Addr]bool{}, read: read, leftInUse: map[netip.Addr]bool{}}
+		yielded: map[netip.Addr]bool{}, unmanaged: map[netip.Addr]bool{}, read: read, leftInUse: map[netip.Addr]bool{},
+		reopenIDs: map[netip.Addr][2]uint8{}}
 }
 
 func (a *endpointFlags) Mode() string     { return "endpoint" }

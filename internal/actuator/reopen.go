@@ -270,13 +270,37 @@ func (a *endpointFlags) reopenEndpoint(addr netip.Addr) (api.ActionRecord, error
 			return record(string(policy.Reopen), target, fmt.Errorf("not re-added: what it was could not be kept first: %w", err)), err
 		}
 	}
+	// The endpoint comes back under the other of two ids (its own and a
+	// spare one the kernel picks): removing it sent the peer a
+	// REMOVE_ADDR for the id it had, and on a path that queues that can
+	// reach the peer after the fresh subflow's join did; with the same id
+	// the peer would close the fresh subflow.
+	ids := a.reopenIDs[addr]
+	if ids[0] == 0 {
+		ids[0] = ep.ID
+	}
+	next := ids[0]
+	if ep.ID == ids[0] {
+		next = ids[1] // 0: the kernel picks one
+	}
 	if err := a.c.DelEndpoint(ep); err != nil {
 		a.state.Reopened(addr)
 		return record(string(policy.Reopen), target, fmt.Errorf("remove %s: %w", ep, err)), err
 	}
 	a.remove(ep.ID)
-	fresh := pm.Endpoint{ID: ep.ID, Addr: ep.Addr, Port: ep.Port, Flags: nf, IfIndex: ep.IfIndex}
+	fresh := pm.Endpoint{ID: next, Addr: ep.Addr, Port: ep.Port, Flags: nf, IfIndex: ep.IfIndex}
 	created, err := a.c.AddEndpoint(fresh)
+	if err != nil && next != 0 {
+		// Its id taken meanwhile (another manager's endpoint): any other.
+		fresh.ID = 0
+		created, err = a.c.AddEndpoint(fresh)
+	}
+	if err == nil {
+		if created.ID != ids[0] {
+			ids[1] = created.ID
+		}
+		a.reopenIDs[addr] = ids
+	}
 	if err != nil {
 		// Put it back as it was; if even that fails, the record in the
 		// state file has the next daemon (or the restore on exit) try.

@@ -29,6 +29,16 @@ func reads(sfs *[]observe.Subflow) SubflowReader {
 	return func() ([]observe.Subflow, error) { return *sfs, nil }
 }
 
+// epOf is the endpoint of addr in k.
+func epOf(k *fakePM, addr netip.Addr) pm.Endpoint {
+	for _, e := range k.eps {
+		if e.Addr == addr {
+			return e
+		}
+	}
+	return pm.Endpoint{}
+}
+
 func calls(k *fakePM, verb string) int {
 	n := 0
 	for _, c := range k.calls {
@@ -59,9 +69,12 @@ func TestReopenReaddsTheEndpointAtItsPace(t *testing.T) {
 	if len(recs) != 1 || recs[0].Result != string(policy.Applied) || recs[0].Kind != "reopen" || recs[0].Policy != "prefer" {
 		t.Fatalf("records %+v", recs)
 	}
-	if e := k.eps[1]; e.Addr != addrB || e.Flags != pm.FlagSubflow || e.IfIndex != 3 {
-		t.Fatalf("re-added %+v, want id 1, subflow without backup, ifindex 3", e)
+	// Under a spare id (the kernel's pick): a REMOVE_ADDR for id 1 that
+	// reaches the peer late cannot close the fresh subflow.
+	if e := epOf(k, addrB); e.ID == 1 || e.ID == 0 || e.Flags != pm.FlagSubflow || e.IfIndex != 3 {
+		t.Fatalf("re-added %+v, want another id, subflow without backup, ifindex 3", e)
 	}
+	spare := epOf(k, addrB).ID
 	if _, ok := state.ReopeningOf(addrB); ok {
 		t.Fatal("the crash record stays after the endpoint is back")
 	}
@@ -78,21 +91,25 @@ func TestReopenReaddsTheEndpointAtItsPace(t *testing.T) {
 		a.Apply(decide(true, other), []observe.Subflow{other}, Round{Now: at, Refresh: true})
 		a.Reopen([]policy.Action{reopenWant(7, addrB, 240*time.Millisecond)}, []observe.Subflow{other}, []observe.Subflow{probe}, at)
 	}
-	// Rounds every 100 ms, a pace of 240 ms: at 300 and 600 ms; the
-	// daemon is told when to look again for the next.
+	// Rounds every 100 ms, a pace of 240 ms: at 300 and 600 ms, under id
+	// 1 and the spare in turn; the daemon is told when to look again for
+	// the next.
 	if got := calls(k, "del") - dels; got != 2 {
 		t.Fatalf("%d re-adds in 700 ms at a pace of 240 ms, want 2", got)
+	}
+	if e := epOf(k, addrB); e.ID != spare {
+		t.Fatalf("after three re-adds id %d, want the spare %d (1, spare, 1, spare)", e.ID, spare)
 	}
 	if due := a.ReopenDue(); !due.Equal(t0.Add(840 * time.Millisecond)) {
 		t.Fatalf("next re-add due at %v, want 840 ms", due.Sub(t0))
 	}
-	if k.flags(1) != pm.FlagSubflow {
-		t.Fatalf("between re-adds the endpoint was set to %v: no subflow left on it, it stays usable for the probe", k.flags(1))
+	if f := epOf(k, addrB).Flags; f != pm.FlagSubflow {
+		t.Fatalf("between re-adds the endpoint was set to %v: no subflow left on it, it stays usable for the probe", f)
 	}
-	// On exit the endpoint is as it was.
+	// On exit the endpoint has its flags as they were.
 	a.Restore()
-	if k.flags(1) != pm.FlagSubflow || !state.Empty() {
-		t.Fatalf("after restore: %v, state empty %v", k.flags(1), state.Empty())
+	if f := epOf(k, addrB).Flags; f != pm.FlagSubflow || !state.Empty() {
+		t.Fatalf("after restore: %v, state empty %v", f, state.Empty())
 	}
 }
 
@@ -177,11 +194,12 @@ func TestReopenOwnedEndpointOfTheInitialAddress(t *testing.T) {
 	}
 	k.limits.Subflows = 2
 	a.Reopen([]policy.Action{reopenWant(7, addrA, time.Second)}, []observe.Subflow{initial, join}, nil, t0.Add(2*time.Second))
-	if e := k.eps[id]; e.Addr != addrA || e.Flags != pm.FlagSubflow {
+	e := epOf(k, addrA)
+	if e.Flags != pm.FlagSubflow {
 		t.Fatalf("re-added %+v, want mpsteer's endpoint with the subflow flag", e)
 	}
-	if got, ok := state.Owned(addrA); !ok || got != id {
-		t.Fatal("the re-added endpoint is no longer mpsteer's")
+	if got, ok := state.Owned(addrA); !ok || got != e.ID || got == id {
+		t.Fatalf("owned %d (%v), want the re-added endpoint's spare id %d", got, ok, e.ID)
 	}
 }
 
