@@ -42,8 +42,8 @@ type reopenState struct {
 	// asked: the last round with a wish for it.
 	asked    time.Time
 	interval time.Duration
-	count       int
-	who         string
+	count    int
+	who      string
 	// note: why it was not re-added the last time it was due (said once
 	// until it changes).
 	note string
