@@ -193,6 +193,10 @@ func checkTarget(t string) error {
 	return nil
 }
 
+// defaultNotSentLowat bounds the unsent data queued on each subflow
+// (PreferConfig.NotSentLowat).
+const defaultNotSentLowat = 16 << 10
+
 // NewPrefer makes the policy with the paper's defaults (k = 2) and the
 // fast return: under the userspace path manager it opens the connection's
 // subflows and probes a stalled preferred path with fresh joins

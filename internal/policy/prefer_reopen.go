@@ -42,9 +42,6 @@ const defaultReopenInterval = 40 * time.Millisecond
 // a path that works).
 const reopenBackoff = 2
 
-// defaultNotSentLowat bounds the unsent data queued on each subflow.
-const defaultNotSentLowat = 16 << 10
-
 // reopenSteadyAfter: the endpoint is re-added at the full pace for this
 // long; then the pace halves at every re-add, down to one re-add per
 // maxReopenPeriod.
