@@ -88,21 +88,54 @@ type endpointFlags struct {
 	// others, said once each.
 	unmanaged map[netip.Addr]bool
 	recheck   bool
+	// reopening: addresses whose endpoint the policies want re-added
+	// (reopen.go); reopenIDs the two ids each is re-added under in turn,
+	// its own and a spare one.
+	reopening map[netip.Addr]*reopenState
+	reopenIDs map[netip.Addr][2]uint8
+	// read reads the namespace's subflows now (nil: only what the last
+	// round saw, lastUsed): an endpoint mpsteer owns is removed only when
+	// no subflow uses its address, since removing it closes them, the
+	// initial subflows of connections from it included; and an endpoint
+	// is not re-added while a fresh subflow from it has just connected.
+	read     SubflowReader
+	lastUsed map[netip.Addr]int
+	// leftInUse: owned endpoints left in place because subflows use
+	// them, said once each.
+	leftInUse map[netip.Addr]bool
+}
+
+// SubflowReader reads the namespace's subflows (every state) now.
+type SubflowReader func() ([]observe.Subflow, error)
+
+// usage counts the subflows per local address.
+func (r SubflowReader) usage() (map[netip.Addr]int, error) {
+	sfs, err := r()
+	if err != nil {
+		return nil, err
+	}
+	out := map[netip.Addr]int{}
+	for _, sf := range sfs {
+		out[sf.Local.Addr().Unmap()]++
+	}
+	return out, nil
 }
 
 // NewEndpointFlags sets the flags of the kernel path manager's endpoints;
-// state keeps what it changed on disk.
-func NewEndpointFlags(c PM, gate *Gate, state *crashstate.File, scope Scope) Flags {
+// state keeps what it changed on disk; read (may be nil) reads the
+// subflows when an endpoint is to be removed or re-added.
+func NewEndpointFlags(c PM, gate *Gate, state *crashstate.File, scope Scope, read SubflowReader) Flags {
 	return &endpointFlags{c: c, gate: gate, state: state, scope: scope, set: map[netip.Addr]pm.Endpoint{},
-		yielded: map[netip.Addr]bool{}, unmanaged: map[netip.Addr]bool{}}
+		yielded: map[netip.Addr]bool{}, unmanaged: map[netip.Addr]bool{}, read: read, leftInUse: map[netip.Addr]bool{},
+		reopenIDs: map[netip.Addr][2]uint8{}}
 }
 
 func (a *endpointFlags) Mode() string     { return "endpoint" }
 func (a *endpointFlags) SetScope(s Scope) { a.scope = s }
 func (a *endpointFlags) Recheck() bool    { return a.recheck }
 
-// read lists the endpoints when asked to or never read.
-func (a *endpointFlags) read(refresh bool) error {
+// readEndpoints lists the endpoints when asked to or never read.
+func (a *endpointFlags) readEndpoints(refresh bool) error {
 	if a.eps != nil && !refresh {
 		return nil
 	}
@@ -181,7 +214,7 @@ func (a *endpointFlags) noticeOthers(byAddr map[netip.Addr]pm.Endpoint) []api.Ac
 
 func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []observe.Subflow, r Round) []api.ActionRecord {
 	var acts []api.ActionRecord
-	if err := a.read(r.Refresh); err != nil {
+	if err := a.readEndpoints(r.Refresh); err != nil {
 		if a.eps == nil {
 			return []api.ActionRecord{record("endpoint", "list endpoints", err)}
 		}
@@ -192,6 +225,11 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 		acts = append(acts, a.noticeOthers(byAddr)...)
 	}
 	want, reason, who, stale, stillJoining := wantPerAddress(dec, est)
+	a.reopenWants(want, reason, who) // reopen.go
+	a.lastUsed = map[netip.Addr]int{}
+	for i := range est {
+		a.lastUsed[est[i].Local.Addr().Unmap()]++
+	}
 	a.recheck = stillJoining
 	a.want, a.reasons = want, reason
 	managed := a.scope.managedFunc()
@@ -311,7 +349,7 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 	// Addresses nobody decides on any more go back to how they were.
 	for _, addr := range a.state.Addrs() {
 		if _, decided := want[addr]; !decided && !joining[addr] {
-			acts = append(acts, a.restoreAddr(addr)...)
+			acts = append(acts, a.restoreAddr(addr, nil)...)
 		}
 	}
 	for addr := range a.yielded {
@@ -326,11 +364,64 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 }
 
 // restoreAddr undoes what the daemon did to addr's endpoint, unless
-// someone else changed it since.
-func (a *endpointFlags) restoreAddr(addr netip.Addr) []api.ActionRecord {
+// someone else changed it since. usage is what used read (nil: the last
+// round's subflows; neither: not known, and an owned endpoint stays).
+func (a *endpointFlags) restoreAddr(addr netip.Addr, usage map[netip.Addr]int) []api.ActionRecord {
 	var acts []api.ActionRecord
 	byAddr := a.byAddr()
 	ep, exists := byAddr[addr]
+	if e, ok := a.state.ReopeningOf(addr); ok && !exists {
+		// A daemon died between removing the endpoint and adding it again
+		// (prefer's re-add): put it back as it was.
+		back, err := a.c.AddEndpoint(e)
+		act := record("endpoint", fmt.Sprintf("put back %s", e), err)
+		act.Reason = "it was being re-added (prefer's fast return) when a daemon stopped"
+		acts = append(acts, act)
+		if err != nil {
+			return acts // the record stays: tried again next time
+		}
+		a.update(back)
+		a.state.Forget(addr)
+		delete(a.set, addr)
+		return acts
+	}
+	if id, ok := a.state.Owned(addr); ok && exists && ep.ID == id {
+		n, known := usage[addr], usage != nil
+		if usage == nil {
+			n, known = a.lastUsed[addr], a.lastUsed != nil
+		}
+		if !known || n > 0 {
+			// Removing it would close the subflows from its address on
+			// every connection (the initial subflow of those that started
+			// there too): it stays, usable, owned, and goes once unused.
+			if ep.Flags&pm.FlagBackup != 0 {
+				nf := ep.Flags &^ pm.FlagBackup
+				err := a.c.SetEndpointFlags(pm.Endpoint{ID: ep.ID, Addr: addr, Flags: nf})
+				act := record("endpoint", fmt.Sprintf("set %s flags to %q", addr, nf.String()), err)
+				act.Reason = "no policy decides on it any more"
+				acts = append(acts, act)
+				if err == nil {
+					a.state.SetFlags(addr, ep.Flags, nf)
+					ep.Flags = nf
+					a.update(ep)
+				}
+			}
+			if !a.leftInUse[addr] {
+				a.leftInUse[addr] = true
+				why := fmt.Sprintf("%d subflow(s) use %s", n, addr)
+				if !known {
+					why = fmt.Sprintf("which subflows use %s is not known", addr)
+				}
+				act := record("endpoint", fmt.Sprintf("keep %s (owned by mpsteer)", addr), nil)
+				act.Result = Yielded
+				act.Reason = why + ": removing the endpoint would close them; it is removed once none does"
+				acts = append(acts, act)
+			}
+			delete(a.set, addr)
+			return acts
+		}
+	}
+	delete(a.leftInUse, addr)
 	if ch, ok := a.state.Changed(addr); ok && exists {
 		switch ep.Flags {
 		case ch.Original:
@@ -366,11 +457,20 @@ func (a *endpointFlags) restoreAddr(addr netip.Addr) []api.ActionRecord {
 
 func (a *endpointFlags) Restore() []api.ActionRecord {
 	var acts []api.ActionRecord
-	if err := a.read(true); err != nil {
+	if err := a.readEndpoints(true); err != nil {
 		return []api.ActionRecord{record("endpoint", "list endpoints", err)}
 	}
+	var usage map[netip.Addr]int
+	if a.read != nil {
+		u, err := a.read.usage()
+		if err != nil {
+			acts = append(acts, record("endpoint", "list the subflows", err))
+		} else {
+			usage = u
+		}
+	}
 	for _, addr := range a.state.Addrs() {
-		acts = append(acts, a.restoreAddr(addr)...)
+		acts = append(acts, a.restoreAddr(addr, usage)...)
 	}
 	if err := a.state.Save(); err != nil {
 		acts = append(acts, record("state", a.state.Path(), err))
@@ -379,9 +479,10 @@ func (a *endpointFlags) Restore() []api.ActionRecord {
 }
 
 // RestoreLeftovers undoes what a daemon that did not exit cleanly left in
-// state (its file), where no one has changed it since.
-func RestoreLeftovers(c PM, state *crashstate.File) []api.ActionRecord {
-	return (&endpointFlags{c: c, gate: &Gate{}, state: state, set: map[netip.Addr]pm.Endpoint{}}).Restore()
+// state (its file), where no one has changed it since; used as for
+// NewEndpointFlags.
+func RestoreLeftovers(c PM, state *crashstate.File, read SubflowReader) []api.ActionRecord {
+	return (&endpointFlags{c: c, gate: &Gate{}, state: state, set: map[netip.Addr]pm.Endpoint{}, read: read, leftInUse: map[netip.Addr]bool{}}).Restore()
 }
 
 func (a *endpointFlags) Endpoints() []api.EndpointStatus {

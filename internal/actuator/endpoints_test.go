@@ -23,10 +23,13 @@ type fakePM struct {
 	calls    []string
 	setFlags map[netip.AddrPort]pm.Flags // per subflow (local)
 	refuse   error                       // every change is refused when set
+	limits   pm.Limits
+	// refuseAdd: additions are refused (the rest is not).
+	refuseAdd error
 }
 
 func newFakePM(eps ...pm.Endpoint) *fakePM {
-	f := &fakePM{eps: map[uint8]pm.Endpoint{}, next: 10, setFlags: map[netip.AddrPort]pm.Flags{}}
+	f := &fakePM{eps: map[uint8]pm.Endpoint{}, next: 10, setFlags: map[netip.AddrPort]pm.Flags{}, limits: pm.Limits{Subflows: 2, AddAddrAccepted: 2}}
 	for _, e := range eps {
 		f.eps[e.ID] = e
 	}
@@ -47,11 +50,25 @@ func (f *fakePM) AddEndpoint(e pm.Endpoint) (pm.Endpoint, error) {
 	if f.refuse != nil {
 		return pm.Endpoint{}, f.refuse
 	}
-	e.ID = f.next
-	f.next++
+	if f.refuseAdd != nil {
+		return pm.Endpoint{}, f.refuseAdd
+	}
+	for _, o := range f.eps {
+		if o.Addr == e.Addr {
+			return pm.Endpoint{}, errors.New("file exists")
+		}
+	}
+	if e.ID == 0 {
+		e.ID = f.next
+		f.next++
+	} else if _, taken := f.eps[e.ID]; taken {
+		return pm.Endpoint{}, errors.New("device or resource busy")
+	}
 	f.eps[e.ID] = e
 	return e, nil
 }
+
+func (f *fakePM) Limits() (pm.Limits, error) { return f.limits, nil }
 
 func (f *fakePM) SetEndpointFlags(e pm.Endpoint) error {
 	f.calls = append(f.calls, "flags "+e.Addr.String()+" "+e.Flags.String())
@@ -135,7 +152,7 @@ func results(recs []api.ActionRecord) string {
 // both until the next round.
 func TestAnAddressIsDecidedOverEveryConnectionUsingIt(t *testing.T) {
 	k := newFakePM(pm.Endpoint{ID: 2, Addr: addrB, Flags: pm.FlagSubflow})
-	a := NewEndpointFlags(k, &Gate{}, newState(t), Scope{})
+	a := NewEndpointFlags(k, &Gate{}, newState(t), Scope{}, nil)
 	one, two := est(1, addrB, 40001), est(2, addrB, 40002)
 	now := time.Unix(100, 0)
 	for _, refresh := range []bool{true, false} {
@@ -162,7 +179,7 @@ func TestAnAddressIsDecidedOverEveryConnectionUsingIt(t *testing.T) {
 func TestAnotherManagersChangeIsYieldedToOnce(t *testing.T) {
 	k := newFakePM(pm.Endpoint{ID: 2, Addr: addrB, Flags: pm.FlagSubflow}, pm.Endpoint{ID: 3, Addr: netip.MustParseAddr("10.3.0.1"), Flags: pm.FlagSignal})
 	state := newState(t)
-	a := NewEndpointFlags(k, &Gate{}, state, Scope{})
+	a := NewEndpointFlags(k, &Gate{}, state, Scope{}, nil)
 	sf := est(1, addrB, 40001)
 	now := time.Unix(100, 0)
 	a.Apply(decide(true, sf), []observe.Subflow{sf}, Round{Now: now, Refresh: true})
@@ -211,7 +228,7 @@ func TestAnotherManagersChangeIsYieldedToOnce(t *testing.T) {
 // never touched, said once.
 func TestReplacedEndpointsAndLeftAddresses(t *testing.T) {
 	k := newFakePM(pm.Endpoint{ID: 2, Addr: addrB, Flags: pm.FlagSubflow}, pm.Endpoint{ID: 4, Addr: addrA, Flags: pm.FlagSubflow})
-	a := NewEndpointFlags(k, &Gate{}, newState(t), Scope{Leave: []string{addrA.String()}})
+	a := NewEndpointFlags(k, &Gate{}, newState(t), Scope{Leave: []string{addrA.String()}}, nil)
 	b, other := est(1, addrB, 40001), est(1, addrA, 40002)
 	now := time.Unix(100, 0)
 	recs := a.Apply(decide(true, b, other), []observe.Subflow{b, other}, Round{Now: now, Refresh: true})
@@ -240,7 +257,7 @@ func TestRestoreLeftoversOnlyWhereStillOurs(t *testing.T) {
 	state.SetFlags(addrA, pm.FlagSubflow, pm.FlagSubflow|pm.FlagBackup)
 	state.SetFlags(addrB, pm.FlagSubflow, pm.FlagSubflow|pm.FlagBackup)
 	k := newFakePM(pm.Endpoint{ID: 2, Addr: addrA, Flags: pm.FlagSubflow | pm.FlagBackup}, pm.Endpoint{ID: 3, Addr: addrB, Flags: pm.FlagSignal})
-	RestoreLeftovers(k, state)
+	RestoreLeftovers(k, state, nil)
 	if k.flags(2) != pm.FlagSubflow {
 		t.Fatalf("A: %v, want its original flags back", k.flags(2))
 	}

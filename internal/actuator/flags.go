@@ -18,6 +18,7 @@ type PM interface {
 	AddEndpoint(e pm.Endpoint) (pm.Endpoint, error)
 	SetEndpointFlags(e pm.Endpoint) error
 	DelEndpoint(e pm.Endpoint) error
+	Limits() (pm.Limits, error)
 	SetSubflowFlags(token uint32, local, remote netip.AddrPort, flags pm.Flags) error
 	SubflowCreate(token uint32, local pm.Endpoint, remote netip.AddrPort) error
 	SubflowDestroy(token uint32, local, remote netip.AddrPort) error
@@ -47,6 +48,11 @@ type Round struct {
 // uses it.
 type Flags interface {
 	Apply(dec map[policy.SubflowID]policy.Action, est []observe.Subflow, r Round) []api.ActionRecord
+	// Reopen carries out one round's Reopen wishes (reopen.go): est and
+	// joining are the namespace's established and joining subflows.
+	Reopen(wants []policy.Action, est, joining []observe.Subflow, now time.Time) []api.ActionRecord
+	// ReopenDue is when the next re-add is due (zero: none).
+	ReopenDue() time.Time
 	// Restore undoes what the actuator changed (the daemon exits), where
 	// no one else has changed it since.
 	Restore() []api.ActionRecord
@@ -69,6 +75,8 @@ type subflowFlags struct {
 	c       PM
 	gate    *Gate
 	changed map[policy.SubflowID]uint32 // subflow → token, flags changed by us
+	// reopenSaid: a Reopen was reported unsupported.
+	reopenSaid bool
 }
 
 // NewSubflowFlags sets each subflow's own flag (userspace path manager).

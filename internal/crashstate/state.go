@@ -41,6 +41,10 @@ type contents struct {
 	// daemons): address → original flags.
 	Original map[netip.Addr]pm.Flags `json:"original_flags,omitempty"`
 	Owned    map[netip.Addr]uint8    `json:"owned_endpoints,omitempty"`
+	// Reopening: endpoints the daemon is re-adding (removed, about to be
+	// added again, prefer's fast return), as they are to be put back
+	// (original flags) if the daemon dies between the two.
+	Reopening map[netip.Addr]pm.Endpoint `json:"reopening,omitempty"`
 	// NetnsInode is the namespace's inode: a file whose namespace is gone
 	// is removed by the next daemon to start.
 	NetnsInode uint64 `json:"netns_inode,omitempty"`
@@ -64,6 +68,7 @@ func Load(path string) (*File, error) {
 	s := &File{path: path}
 	s.c.Changed = map[netip.Addr]Changed{}
 	s.c.Owned = map[netip.Addr]uint8{}
+	s.c.Reopening = map[netip.Addr]pm.Endpoint{}
 	inode := ownNetnsInode()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -92,6 +97,9 @@ func Load(path string) (*File, error) {
 	}
 	for a, id := range c.Owned {
 		s.c.Owned[a] = id
+	}
+	for a, e := range c.Reopening {
+		s.c.Reopening[a] = e
 	}
 	s.c.NetnsInode = inode // this daemon's, written with the state
 	return s, nil
@@ -128,6 +136,36 @@ func (s *File) Own(addr netip.Addr, id uint8) {
 	s.dirty = true
 }
 
+// Reopening records, before the daemon removes addr's endpoint to add it
+// again, the endpoint to put back should it die in between.
+func (s *File) Reopening(addr netip.Addr, e pm.Endpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.c.Reopening[addr]; ok && old == e {
+		return
+	}
+	s.c.Reopening[addr] = e
+	s.dirty = true
+}
+
+// Reopened drops addr's record of Reopening: the endpoint is back.
+func (s *File) Reopened(addr netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.c.Reopening[addr]; ok {
+		delete(s.c.Reopening, addr)
+		s.dirty = true
+	}
+}
+
+// ReopeningOf reports the endpoint recorded by Reopening for addr.
+func (s *File) ReopeningOf(addr netip.Addr) (pm.Endpoint, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.c.Reopening[addr]
+	return e, ok
+}
+
 // Changed reports what the daemon changed on addr's endpoint.
 func (s *File) Changed(addr netip.Addr) (Changed, bool) {
 	s.mu.Lock()
@@ -150,9 +188,11 @@ func (s *File) Forget(addr netip.Addr) {
 	defer s.mu.Unlock()
 	_, a := s.c.Changed[addr]
 	_, b := s.c.Owned[addr]
-	if a || b {
+	_, c := s.c.Reopening[addr]
+	if a || b || c {
 		delete(s.c.Changed, addr)
 		delete(s.c.Owned, addr)
+		delete(s.c.Reopening, addr)
 		s.dirty = true
 	}
 }
@@ -170,6 +210,12 @@ func (s *File) Addrs() []netip.Addr {
 	}
 	for a := range s.c.Owned {
 		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for a := range s.c.Reopening {
+		if !seen[a] {
 			out = append(out, a)
 		}
 	}
@@ -181,7 +227,7 @@ func (s *File) Addrs() []netip.Addr {
 func (s *File) Empty() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.c.Changed) == 0 && len(s.c.Owned) == 0
+	return len(s.c.Changed) == 0 && len(s.c.Owned) == 0 && len(s.c.Reopening) == 0
 }
 
 // Save writes the state if it changed since the last save (atomically:
@@ -193,7 +239,7 @@ func (s *File) Save() error {
 	if !s.dirty {
 		return nil
 	}
-	if len(s.c.Changed) == 0 && len(s.c.Owned) == 0 {
+	if len(s.c.Changed) == 0 && len(s.c.Owned) == 0 && len(s.c.Reopening) == 0 {
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("state file %s: %w", s.path, err)
 		}

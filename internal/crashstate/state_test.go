@@ -98,3 +98,33 @@ func TestOlderFormatIsRead(t *testing.T) {
 		t.Fatalf("addrs %d", got)
 	}
 }
+
+// An endpoint being re-added is kept as it is to be put back, until it is
+// back.
+func TestReopeningRoundTrip(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "daemon-netns-8.json")
+	s, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr("10.2.0.1")
+	e := pm.Endpoint{ID: 3, Addr: a, Flags: pm.FlagSubflow | pm.FlagBackup, IfIndex: 4}
+	s.Reopening(a, e)
+	if err := s.Save(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := r.ReopeningOf(a); !ok || got != e || r.Empty() || len(r.Addrs()) != 1 {
+		t.Fatalf("read back %+v (%v), addrs %v", got, ok, r.Addrs())
+	}
+	r.Reopened(a)
+	if err := r.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatalf("the file stays with nothing in it: %v", err)
+	}
+}

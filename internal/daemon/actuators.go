@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"net/netip"
 	"time"
 
 	"mpsteer/internal/actuator"
@@ -24,12 +25,19 @@ type applier struct {
 	backupVia  string
 	rateVia    string
 	joinBackup bool // the last requirements synced
+	// reopening: the last round had Reopen wishes (the flag actuator is
+	// told once when they stop); reopenAddrs their addresses.
+	reopening   bool
+	reopenAddrs map[netip.Addr]bool
+	// read reads the namespace's subflows now (for removing and
+	// re-adding endpoints).
+	read actuator.SubflowReader
 }
 
-func newApplier(c actuator.PM, state *crashstate.File, cookie uint64, dp func() (*datapath.Manager, error), cfg *config.Config, pmMode string) applier {
-	a := applier{backupVia: cfg.BackupVia, rateVia: cfg.RateVia}
+func newApplier(c actuator.PM, state *crashstate.File, cookie uint64, dp func() (*datapath.Manager, error), cfg *config.Config, pmMode string, read actuator.SubflowReader) applier {
+	a := applier{backupVia: cfg.BackupVia, rateVia: cfg.RateVia, read: read}
 	gate := &actuator.Gate{}
-	a.flags = newFlags(c, gate, state, cfg, pmMode)
+	a.flags = newFlags(c, gate, state, cfg, pmMode, read)
 	a.rates = actuator.NewRates(cfg.RateVia, cookie, gate, dp)
 	a.life = actuator.NewLifecycle(c, pmMode)
 	a.Applier = actuator.Applier{Gate: gate, Flags: a.flags, Rates: a.rates, Lifecycle: a.life}
@@ -38,7 +46,7 @@ func newApplier(c actuator.PM, state *crashstate.File, cookie uint64, dp func() 
 
 // newFlags picks the flag actuator backup_via says (auto: per subflow
 // under the userspace path manager, else per endpoint).
-func newFlags(c actuator.PM, gate *actuator.Gate, state *crashstate.File, cfg *config.Config, pmMode string) actuator.Flags {
+func newFlags(c actuator.PM, gate *actuator.Gate, state *crashstate.File, cfg *config.Config, pmMode string, read actuator.SubflowReader) actuator.Flags {
 	via := cfg.BackupVia
 	if via == config.BackupAuto {
 		via = config.BackupEndpoint
@@ -49,7 +57,7 @@ func newFlags(c actuator.PM, gate *actuator.Gate, state *crashstate.File, cfg *c
 	if via == config.BackupSubflow {
 		return actuator.NewSubflowFlags(c, gate)
 	}
-	return actuator.NewEndpointFlags(c, gate, state, endpointScope(cfg))
+	return actuator.NewEndpointFlags(c, gate, state, endpointScope(cfg), read)
 }
 
 func endpointScope(cfg *config.Config) actuator.Scope {
@@ -62,6 +70,25 @@ func (a *applier) apply(plan policy.Plan, est []observe.Subflow, refresh bool, n
 
 func (a *applier) restore() []api.ActionRecord { return a.Restore() }
 
+// newReopen notes the addresses of a round's Reopen wishes and reports
+// whether one is new (the requirements are synced then: not every round).
+func (a *applier) newReopen(wants []policy.Action) bool {
+	if len(wants) == 0 {
+		a.reopenAddrs = nil
+		return false
+	}
+	if a.reopenAddrs == nil {
+		a.reopenAddrs = map[netip.Addr]bool{}
+	}
+	fresh := false
+	for _, w := range wants {
+		if addr := w.Subflow.Local.Addr(); !a.reopenAddrs[addr] {
+			a.reopenAddrs[addr], fresh = true, true
+		}
+	}
+	return fresh
+}
+
 // followConfig makes the applier the one the config and the path manager
 // call for (under mu): a changed backup_via (or, with auto, a switched path
 // manager) restores what the old flag actuator did and starts the new one;
@@ -72,7 +99,7 @@ func (d *Daemon) followConfig() {
 	a.flags.SetScope(endpointScope(d.cfg))
 	if next := newFlagsMode(d.cfg, d.pmMode); d.cfg.BackupVia != a.backupVia || next != a.flags.Mode() {
 		d.records.add(d, a.flags.Restore()...)
-		a.flags = newFlags(d.pmc, a.Gate, d.state, d.cfg, d.pmMode)
+		a.flags = newFlags(d.pmc, a.Gate, d.state, d.cfg, d.pmMode, a.read)
 		a.Flags, a.backupVia = a.flags, d.cfg.BackupVia
 		d.log.Printf("backup flags are set per %s now (backup_via %s)", a.flags.Mode(), a.backupVia)
 	}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -73,7 +74,9 @@ type Daemon struct {
 	mu     sync.Mutex
 	cfg    *config.Config
 	engine *policy.Engine
-	hint   []string
+	// lookPending: when a round without a sample is due (lookAt).
+	lookPending time.Time
+	hint        []string
 	// hintOwned: the prefer policy exists only because of the hint.
 	hintOwned bool
 	pmMode    string
@@ -191,7 +194,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := d.openState(); err != nil {
 		return err
 	}
-	d.apply = newApplier(d.pmc, d.state, d.cookie, d.manager, cfg, d.pmMode)
+	d.apply = newApplier(d.pmc, d.state, d.cookie, d.manager, cfg, d.pmMode, d.readSubflows)
 	if _, err := d.reconcileChains(cfg); err != nil {
 		d.records.add(d, d.apply.flags.Restore()...)
 		return err
@@ -276,10 +279,14 @@ func (d *Daemon) openState() error {
 		// A previous daemon here was killed: undo what it left behind,
 		// where no one has changed it since.
 		d.log.Printf("restoring %d endpoint(s) left by a daemon that did not exit cleanly", len(state.Addrs()))
-		d.records.add(d, actuator.RestoreLeftovers(d.pmc, state)...)
+		d.records.add(d, actuator.RestoreLeftovers(d.pmc, state, d.readSubflows)...)
 	}
 	return nil
 }
+
+// readSubflows reads the namespace's subflows now (inet_diag), for the
+// flag actuator's removals and re-adds of endpoints.
+func (d *Daemon) readSubflows() ([]observe.Subflow, error) { return d.sampler.Subflows() }
 
 // shutdown undoes what the daemon changed; the loop has stopped.
 func (d *Daemon) shutdown() {
@@ -338,11 +345,17 @@ func netnsName() string {
 // (requirements.go): rto_max and the SYN timeout, avoid_initial, the
 // coupled congestion controls (coupled.go).
 type programs struct {
-	rto        *sockops.RTOCapper
-	rtoErr     string
-	initial    *sockops.InitialBinder
-	initialErr string
-	coupled    couplers
+	rto    *sockops.RTOCapper
+	rtoErr string
+	// rtoApplied and notsentApplied: what the subflows established
+	// before were last given (RTOCapper.ApplyToExisting); existingErr
+	// its last failure, said once.
+	rtoApplied     map[netip.Addr]time.Duration
+	notsentApplied int
+	existingErr    string
+	initial        *sockops.InitialBinder
+	initialErr     string
+	coupled        couplers
 }
 
 func (p *programs) close() {

@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"errors"
+	"io/fs"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/policy"
 )
@@ -56,7 +61,24 @@ func Interfaces() map[string][]netip.Addr {
 
 // hostEnv is the policy environment of this host.
 func hostEnv() policy.Env {
-	return policy.Env{Addrs: ifaces.addrs, Interfaces: ifaces.all, PathManager: observe.PathManager()}
+	env := policy.Env{Addrs: ifaces.addrs, Interfaces: ifaces.all, PathManager: observe.PathManager()}
+	env.SynLinearTimeouts, env.SynLinearKnown = synLinearTimeouts()
+	return env
+}
+
+// synLinearTimeouts reads the namespace's net.ipv4.tcp_syn_linear_timeouts:
+// 0 when the kernel has none (before 6.5 every SYN timeout doubles); ok
+// false when it cannot be read.
+func synLinearTimeouts() (n int, ok bool) {
+	v, err := netnsutil.ReadSysctl("net.ipv4.tcp_syn_linear_timeouts")
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, true
+	}
+	if err != nil {
+		return 0, false
+	}
+	n, err = strconv.Atoi(strings.TrimSpace(v))
+	return n, err == nil && n >= 0
 }
 
 // ifaces caches what the policies ask of the namespace's interfaces:

@@ -239,8 +239,18 @@ func (d *Daemon) round(t taken) {
 	snap := d.snapshot(now, d.view.subflows, d.view.conns, &d.snapBuf)
 	snap.Sampled = d.view.sampledAt
 	plan, apply := d.decide(snap)
+	reopen, lifecycle := splitReopen(plan.Lifecycle)
+	if d.apply.newReopen(reopen) {
+		// The fresh subflows a re-added endpoint makes are probes: their
+		// SYN timeout must be in the sockops map before they are opened.
+		d.syncRequirements()
+	}
+	var est []observe.Subflow
+	if apply || len(reopen) > 0 || d.apply.reopening {
+		est = established(d.view.subflows)
+	}
 	if apply {
-		recs := d.apply.apply(plan, established(d.view.subflows), sampled, now)
+		recs := d.apply.apply(plan, est, sampled, now)
 		if d.apply.flags.Recheck() {
 			// An MP_PRIO still has to reach a joining subflow, or an
 			// address was made usable: look again in 20 ms (the next tick
@@ -260,7 +270,19 @@ func (d *Daemon) round(t taken) {
 		}
 		d.records.add(d, recs...)
 	}
-	d.applyLifecycle(plan.Lifecycle, snap, now)
+	if len(reopen) > 0 || d.apply.reopening {
+		// Every round, decided or quiet: re-adds are paced by time.
+		recs := d.apply.flags.Reopen(reopen, est, joining(d.view.subflows), now)
+		d.apply.reopening = len(reopen) > 0
+		if len(recs) > 0 {
+			d.quiet.dirty = true
+			d.records.add(d, recs...)
+		}
+		if due := d.apply.flags.ReopenDue(); !due.IsZero() && d.apply.reopening {
+			d.lookAt(due)
+		}
+	}
+	d.applyLifecycle(lifecycle, snap, now)
 	if sampled || t.all || t.iface {
 		d.syncRequirements()
 	}
@@ -295,6 +317,39 @@ func (d *Daemon) decide(snap *policy.Snapshot) (policy.Plan, bool) {
 	d.quiet.merge(&plan, &d.freshPlan, round)
 	d.sparePlan, d.lastPlan = d.lastPlan, plan
 	return plan, true
+}
+
+// lookAt has the loop run a round at t (without a sample): the re-adds
+// of endpoints are paced finer than the sampling interval. One timer: an
+// earlier look pending covers a later one.
+func (d *Daemon) lookAt(t time.Time) {
+	if !d.lookPending.IsZero() && !d.lookPending.After(t) && time.Now().Before(d.lookPending) {
+		return
+	}
+	d.lookPending = t
+	time.AfterFunc(time.Until(t), func() { d.in.mark(func(in *inbox) { in.look = true }) })
+}
+
+// splitReopen takes the Reopen wishes out of a plan's lifecycle actions:
+// the flag actuator carries them out (they act on endpoints), paced by
+// time rather than once per wish.
+func splitReopen(acts []policy.Action) (reopen, rest []policy.Action) {
+	for i, a := range acts {
+		if a.Kind == policy.Reopen {
+			if reopen == nil {
+				rest = append(rest, acts[:i]...)
+			}
+			reopen = append(reopen, a)
+			continue
+		}
+		if reopen != nil {
+			rest = append(rest, a)
+		}
+	}
+	if reopen == nil {
+		return nil, acts
+	}
+	return reopen, rest
 }
 
 // forgetGone forgets what belongs to connections that are gone: only

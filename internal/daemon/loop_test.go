@@ -11,6 +11,7 @@ import (
 	"mpsteer/internal/actuator"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
+	"mpsteer/internal/policy"
 )
 
 // countingPM is a path manager that only counts what is asked of it.
@@ -36,6 +37,7 @@ func (c *countingPM) SubflowDestroy(uint32, netip.AddrPort, netip.AddrPort) erro
 	return nil
 }
 func (c *countingPM) Announce(uint32, pm.Endpoint) error { c.count(); return nil }
+func (c *countingPM) Limits() (pm.Limits, error)         { return pm.Limits{}, nil }
 func (c *countingPM) Remove(uint32, uint8) error         { c.count(); return nil }
 
 // loopDaemon is a daemon without a kernel whose policy makes every
@@ -117,5 +119,20 @@ func TestEventsDecodedBesideAnErrorAreKept(t *testing.T) {
 	got := d.in.take()
 	if len(got.events) != 2 {
 		t.Fatalf("%d events reached the loop, want the 2 decoded beside the error", len(got.events))
+	}
+}
+
+// Reopen wishes go to the flag actuator, the other lifecycle actions to
+// the lifecycle actuator, in their order.
+func TestSplitReopen(t *testing.T) {
+	c := policy.Action{Kind: policy.Create, Token: 1}
+	r1, r2 := policy.Action{Kind: policy.Reopen, Token: 2}, policy.Action{Kind: policy.Reopen, Token: 3}
+	d := policy.Action{Kind: policy.Destroy, Token: 4}
+	reopen, rest := splitReopen([]policy.Action{c, r1, d, r2})
+	if len(reopen) != 2 || reopen[0].Token != 2 || reopen[1].Token != 3 || len(rest) != 2 || rest[0].Token != 1 || rest[1].Token != 4 {
+		t.Fatalf("reopen %v, rest %v", reopen, rest)
+	}
+	if reopen, rest := splitReopen([]policy.Action{c, d}); reopen != nil || len(rest) != 2 {
+		t.Fatalf("none: reopen %v, rest %v", reopen, rest)
 	}
 }

@@ -33,7 +33,7 @@ func testDaemon(t *testing.T, file, src string) *Daemon {
 	// a subflow is capped.
 	noKernel := *cfg
 	noKernel.RateVia = config.RateRwnd
-	d.apply = newApplier(nil, nil, 0, nil, &noKernel, "kernel")
+	d.apply = newApplier(nil, nil, 0, nil, &noKernel, "kernel", nil)
 	return d
 }
 

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"maps"
+
 	"mpsteer/internal/policy"
 	"mpsteer/internal/sockops"
 )
@@ -49,6 +51,19 @@ func (d *Daemon) syncRTO(req policy.Requirements) {
 	}
 	if err := p.rto.SetSynRTO(req.SynRTO); err != nil {
 		d.log.Printf("SYN timeout map: %v", err)
+	}
+	// Subflows established before these requirements (a hint or reload
+	// at run time, a daemon started after its connections) get them too:
+	// the sockops program acts at establishment only.
+	if !maps.Equal(p.rtoApplied, req.RTOMax) || p.notsentApplied != req.NotSentLowat {
+		if err := p.rto.ApplyToExisting(req.NotSentLowat); err != nil {
+			if p.existingErr != err.Error() {
+				d.log.Printf("existing subflows keep their RTO cap and unsent queue: %v", err)
+			}
+			p.existingErr = err.Error()
+			return
+		}
+		p.rtoApplied, p.notsentApplied, p.existingErr = maps.Clone(req.RTOMax), req.NotSentLowat, ""
 	}
 }
 

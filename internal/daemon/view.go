@@ -166,6 +166,17 @@ func carryEvents(sfs, view []observe.Subflow) []observe.Subflow {
 }
 
 // established keeps the subflows that carry data.
+// joining keeps the subflows whose handshake is under way.
+func joining(sfs []observe.Subflow) []observe.Subflow {
+	var out []observe.Subflow
+	for _, sf := range sfs {
+		if sf.State == observe.TCPSynSent || sf.State == observe.TCPSynRecv {
+			out = append(out, sf)
+		}
+	}
+	return out
+}
+
 func established(sfs []observe.Subflow) []observe.Subflow {
 	n := 0
 	for i := range sfs {

@@ -30,10 +30,17 @@ const (
 	// the subflows it limits, and a cap no policy asks for any more is
 	// lifted.
 	Limit Kind = "limit"
+	// Reopen asks for fresh subflows from the local address of Subflow
+	// on the connection, its subflows there closed (they stalled): under
+	// the kernel path manager the daemon re-adds the address's endpoint,
+	// which acts on every connection using the address, so it does so
+	// only while each of them asks, at most once per Interval. Like
+	// Backup it is a wish a policy repeats every round while it holds.
+	Reopen Kind = "reopen"
 )
 
 // Kinds lists every action kind, in the order status shows them.
-var Kinds = []Kind{Backup, Limit, Create, Destroy, Announce, Withdraw}
+var Kinds = []Kind{Backup, Limit, Create, Destroy, Announce, Withdraw, Reopen}
 
 // decision kinds are per-subflow states, not one-off actions.
 func (k Kind) decision() bool { return k == Backup || k == Limit }
@@ -53,8 +60,10 @@ type Action struct {
 	// Addr is the local address to Announce or Withdraw (port optional).
 	Addr netip.AddrPort
 	// Iface binds a Create to a local interface (optional).
-	Iface  string
-	Reason string
+	Iface string
+	// Interval: a Reopen is carried out at most this often.
+	Interval time.Duration `json:",omitempty"`
+	Reason   string
 	// Policy is filled in by the engine.
 	Policy string
 }
@@ -64,6 +73,8 @@ func (a Action) Target() string {
 	switch a.Kind {
 	case Announce, Withdraw:
 		return a.Addr.String()
+	case Reopen:
+		return a.Subflow.Local.Addr().String() + "→" + a.Subflow.Remote.String()
 	case Create:
 		local := a.Subflow.Local.Addr().String()
 		if a.Subflow.Local.Port() != 0 {

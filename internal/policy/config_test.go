@@ -72,9 +72,10 @@ func TestAKeyOfAnotherModeNamesItsMode(t *testing.T) {
 func TestPreferOpeningKeysUnderTheKernelPathManager(t *testing.T) {
 	for src, want := range map[string]string{
 		"name: prefer\nprobe_interval: 0s\nopen_subflows: false": "",
-		"name: prefer\nmax_probes: 4":                            `c.yaml:2: max_probes: probing opens and closes subflows, which needs the userspace path manager`,
+		"name: prefer\nmax_probes: 4":                            `c.yaml:2: max_probes: under the kernel path manager the probes are the subflows the kernel opens from the re-added endpoint`,
 		"name: prefer\nopen_subflows: true":                      `c.yaml:2: open_subflows: prefer opens subflows only under the userspace path manager`,
-		"name: prefer\nprobe_interval: 25ms":                     `c.yaml:2: probe_interval: probing opens and closes subflows`,
+		"name: prefer\nprobe_interval: 25ms":                     "",
+		"name: prefer\nprobe_interval: 2s":                       `c.yaml:2: probe_interval: 2s is above 1s`,
 	} {
 		m, err := yamlcfg.Parse("c.yaml", []byte(src))
 		if err != nil {

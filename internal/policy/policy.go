@@ -243,6 +243,13 @@ type Env struct {
 	// PathManager is the namespace's path manager, "kernel" or
 	// "userspace"; "" when unknown (a scenario checked off the host).
 	PathManager string
+	// SynLinearTimeouts is the namespace's
+	// net.ipv4.tcp_syn_linear_timeouts: how many times a SYN is
+	// retransmitted at its first timeout before the timeout doubles
+	// (kernels before 6.5 have none: 0). Read only when SynLinearKnown;
+	// unknown is taken as the kernel's default, 4.
+	SynLinearTimeouts int
+	SynLinearKnown    bool
 }
 
 // Path managers (Env.PathManager).

@@ -144,8 +144,8 @@ type PreferConfig struct {
 	// NotSentLowat bounds the unsent data MPTCP queues on each subflow
 	// (TCP_NOTSENT_LOWAT): when the preferred path is back, the other
 	// subflows are set backup but still send what they hold, which with
-	// the kernel's send buffers took seconds. Default 16KiB under the
-	// userspace path manager (the fast return), else 0 (left alone).
+	// the kernel's send buffers took seconds. Default 16KiB; 0 leaves the
+	// kernel's.
 	NotSentLowat units.Size `yaml:"notsent_lowat" min:"0B" max:"1GiB"`
 	// AvoidInitial are paths (interfaces or addresses) the user marked
 	// volatile: no connection opens its initial subflow there.
@@ -197,18 +197,30 @@ func checkTarget(t string) error {
 	return nil
 }
 
-// NewPrefer makes the policy with the paper's defaults (k = 2); under the
-// userspace path manager it opens the connection's subflows and probes a
-// stalled preferred path every 100ms.
+// defaultNotSentLowat bounds the unsent data queued on each subflow
+// (PreferConfig.NotSentLowat).
+const defaultNotSentLowat = 16 << 10
+
+// NewPrefer makes the policy with the paper's defaults (k = 2) and the
+// fast return: under the userspace path manager it opens the connection's
+// subflows and probes a stalled preferred path with fresh joins
+// (prefer_probe.go); under the kernel path manager it has the endpoint of
+// a stalled preferred address re-added, which makes the kernel open fresh
+// subflows from it (prefer_reopen.go).
 func NewPrefer(env Env) *Prefer {
 	p := &Prefer{PreferConfig: PreferConfig{K: 2, RTOMax: time.Second, RTTWindow: 5 * time.Second, MinDelta: 5 * time.Millisecond}, env: env, conns: map[uint32]*preferConn{}, rtts: map[SubflowID]*rttWindow{}, connStatus: map[uint32]PreferConnStatus{}}
-	if env.PathManager == UserspacePM {
+	// Under either path manager a subflow set backup still sends what it
+	// holds; 16 KiB queued instead of the kernel's send buffer.
+	p.NotSentLowat = defaultNotSentLowat
+	switch env.PathManager {
+	case UserspacePM:
 		// The daemon is the path manager: prefer opens the connection's
 		// subflows, and probes a stalled preferred path (prefer_probe.go).
 		p.mesh = NewFullmesh(env)
 		p.mesh.ConnStallTimeout = 0
 		p.ProbeInterval = defaultProbeInterval
-		p.NotSentLowat = 16 << 10
+	case KernelPM:
+		p.ProbeInterval = defaultReopenInterval
 	}
 	return p
 }

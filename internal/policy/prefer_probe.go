@@ -51,6 +51,9 @@ type probeState struct {
 	probes int
 	seen   map[SubflowID]time.Time // probes (joining subflows), first seen
 	recent []time.Time             // probes asked for lately
+	// rtt: the path's round trip, the largest minimum RTT its subflows
+	// showed before they stalled (prefer_reopen.go).
+	rtt time.Duration
 }
 
 // asked counts the probes asked for within the last two intervals (a
@@ -86,14 +89,14 @@ func decodePreferOpening(p *Prefer, m *yamlcfg.Map, env Env) {
 	}
 	yamlcfg.Decode(m, &open)
 	yamlcfg.Decode(m, &p.PreferProbeConfig)
-	needs := "probing opens and closes subflows, which needs the userspace path manager: set net.mptcp.path_manager=userspace in this network namespace (prefer then opens the connection's subflows itself)"
+	needs := "under the kernel path manager the probes are the subflows the kernel opens from the re-added endpoint, one per connection at a time (probe_interval sets their SYN timeout); several probes side by side need the userspace path manager: set net.mptcp.path_manager=userspace in this network namespace (prefer then opens the connection's subflows itself)"
 	switch {
 	case m.Failed("probe_interval"):
 	case p.ProbeInterval > 0 && p.ProbeInterval < 10*time.Millisecond:
 		m.Errorf("probe_interval", "%v is below 10ms: a probe every few milliseconds costs more than it gains (0s turns probing off)", p.ProbeInterval)
-	case p.ProbeInterval > 0 && env.PathManager == KernelPM:
-		m.Errorf("probe_interval", "%s, or probe_interval: 0s", needs)
-	case p.ProbeInterval > 0 && !open.OpenSubflows && m.Has("probe_interval"):
+	case p.ProbeInterval > 0 && env.PathManager == KernelPM && p.ProbeInterval > time.Second:
+		m.Errorf("probe_interval", "%v is above 1s: the kernel retransmits a stalled subflow at least once a second on its own (0s turns probing off)", p.ProbeInterval)
+	case p.ProbeInterval > 0 && env.PathManager != KernelPM && !open.OpenSubflows && m.Has("probe_interval"):
 		m.Errorf("probe_interval", "probes are subflows prefer opens: with open_subflows: false, set probe_interval: 0s")
 	}
 	switch {
@@ -106,7 +109,7 @@ func decodePreferOpening(p *Prefer, m *yamlcfg.Map, env Env) {
 	if open.OpenSubflows && env.PathManager == KernelPM && !m.Failed("open_subflows") {
 		m.Errorf("open_subflows", "prefer opens subflows only under the userspace path manager (net.mptcp.path_manager=userspace); under the kernel path manager its endpoints do")
 	}
-	if !open.OpenSubflows {
+	if !open.OpenSubflows && env.PathManager != KernelPM {
 		// Something else opens the subflows (mptcpd, the application):
 		// prefer neither does nor probes; it still decides backup.
 		p.mesh, p.ProbeInterval = nil, 0
@@ -120,6 +123,9 @@ func (p *Prefer) lifecycle(now time.Time, c *Conn, rank map[netip.Addr]int, cs *
 	st := p.conns[c.Token]
 	if p.ProbeInterval <= 0 || st == nil || c.ServerSide || !c.Established || !c.Remote.IsValid() {
 		return nil
+	}
+	if p.env.PathManager == KernelPM {
+		return p.reopen(now, c, st, rank, cs) // prefer_reopen.go
 	}
 	if st.probing == nil {
 		st.probing, st.seenOn, st.closing = map[netip.Addr]*probeState{}, map[netip.Addr]bool{}, map[SubflowID]time.Time{}
@@ -281,6 +287,9 @@ func (p *Prefer) withMesh(s *Snapshot, out []Action) []Action {
 // by default, before it backs off), so that a path that returns is heard
 // within a fifth of the interval. At least 10ms.
 func (p *Prefer) synRTO() time.Duration {
+	if p.env.PathManager == KernelPM {
+		return p.ProbeInterval // one probe at a time, see prefer_reopen.go
+	}
 	return max(p.ProbeInterval/5, 10*time.Millisecond)
 }
 

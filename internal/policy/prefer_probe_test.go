@@ -181,7 +181,9 @@ func TestPreferOpensTheOtherSubflowsUnderTheUserspacePM(t *testing.T) {
 	}
 }
 
-func TestPreferKernelPMDoesNotProbe(t *testing.T) {
+// Under the kernel path manager prefer opens no subflow itself (its fast
+// return re-adds endpoints: prefer_reopen_test.go).
+func TestPreferKernelPMCreatesNoSubflows(t *testing.T) {
 	p := NewPrefer(Env{PathManager: KernelPM})
 	p.SetTargets([]string{"10.1.0.1"})
 	pref := sf("10.1.0.1", 1, 80*ms, 10)
@@ -233,7 +235,7 @@ func TestPreferProbeConfigErrors(t *testing.T) {
 		src, want string
 		pm        string
 	}{
-		{"name: prefer\nprobe_interval: 100ms", "probe_interval: probing opens and closes subflows, which needs the userspace path manager", KernelPM},
+		{"name: prefer\nprobe_interval: 5ms", "probe_interval: 5ms is below 10ms", KernelPM},
 		{"name: prefer\nprobe_interval: 100", `probe_interval`, UserspacePM},
 		{"name: prefer\nprobe_interval: -1s", "probe_interval", UserspacePM},
 		{"name: prefer\nmax_probes: 0", "max_probes", UserspacePM},

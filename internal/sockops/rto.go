@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -28,6 +29,11 @@ type RTOCapper struct {
 	link link.Link
 	want map[netip.Addr]time.Duration
 	syn  map[netip.Addr]time.Duration
+	// existing: the iterator of rtoexisting.bpf.c, loaded on first use
+	// (with the rto_max map of objs); existingErr: it could not be.
+	existing    *rtoexistingObjects
+	iter        *link.Iter
+	existingErr error
 }
 
 // NewRTOCapper loads and attaches the program for the network namespace
@@ -146,8 +152,61 @@ func readKernelConfig(key string) (string, bool) {
 	return "", false
 }
 
-// Stats counts sockets seen, MPTCP subflows seen, timeouts set, and
-// answered probes given back the initial window.
+// ApplyToExisting gives the subflows already established in the calling
+// thread's namespace what the sockops program gives new ones: the RTO cap
+// of their local address (Set), and TCP_NOTSENT_LOWAT notsent bytes (0:
+// left alone). A policy given at run time (mpsteer prefer) finds its
+// connections established; without this their subflows kept the kernel's
+// 120 s RTO cap and unbounded unsent queues.
+func (r *RTOCapper) ApplyToExisting(notsent int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.loadExisting(); err != nil {
+		return err
+	}
+	conf := rtoexistingExistingConf{NotsentLowat: uint32(max(notsent, 0))}
+	if err := r.existing.ExistingConf.Put(uint32(0), &conf); err != nil {
+		return fmt.Errorf("the existing subflows' settings: %w", err)
+	}
+	rd, err := r.iter.Open()
+	if err != nil {
+		return fmt.Errorf("the existing subflows' iterator: %w", err)
+	}
+	defer rd.Close()
+	if _, err := io.Copy(io.Discard, rd); err != nil {
+		return fmt.Errorf("the existing subflows' iterator: %w", err)
+	}
+	return nil
+}
+
+// loadExisting loads and attaches the iterator once; a failure is kept
+// (the RTO caps of new subflows do not depend on it).
+func (r *RTOCapper) loadExisting() error {
+	if r.existing != nil || r.existingErr != nil {
+		return r.existingErr
+	}
+	spec, err := loadRtoexisting()
+	if err == nil {
+		objs := &rtoexistingObjects{}
+		err = spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"rto_max": r.objs.RtoMax}})
+		if err == nil {
+			it, aerr := link.AttachIter(link.IterOptions{Program: objs.MpsteerRtoExisting})
+			if aerr != nil {
+				objs.Close()
+				err = aerr
+			} else {
+				r.existing, r.iter = objs, it
+				return nil
+			}
+		}
+	}
+	r.existingErr = fmt.Errorf("the existing subflows' iterator: %w", bpfutil.VerifierDetail(err))
+	return r.existingErr
+}
+
+// Stats counts sockets seen, MPTCP subflows seen, timeouts set, answered
+// probes given back the initial window, and settings given to subflows
+// that were established before (ApplyToExisting).
 func (r *RTOCapper) Stats() map[string]uint64 {
 	out := map[string]uint64{}
 	for i, name := range []string{"sockets", "subflows", "rto_max_set", "failed", "syn_timeouts_set", "probe_windows_restored"} {
@@ -156,10 +215,27 @@ func (r *RTOCapper) Stats() map[string]uint64 {
 			out[name] = v
 		}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.existing != nil {
+		for i, name := range []string{"existing_set", "existing_failed"} {
+			var v uint64
+			if err := r.existing.ExistingStats.Lookup(uint32(i), &v); err == nil {
+				out[name] = v
+			}
+		}
+	}
 	return out
 }
 
 // Close detaches and unloads.
 func (r *RTOCapper) Close() error {
-	return errors.Join(r.link.Close(), r.objs.Close())
+	var it, ex error
+	if r.iter != nil {
+		it = r.iter.Close()
+	}
+	if r.existing != nil {
+		ex = r.existing.Close()
+	}
+	return errors.Join(it, ex, r.link.Close(), r.objs.Close())
 }

@@ -3,6 +3,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -110,8 +111,16 @@ type Summary struct {
 	Metrics map[string]float64 `json:"metrics,omitempty"`
 	// Recoveries lists, per path, the time from each link-up to the first
 	// TCP data segment that crossed the link in the sending direction
-	// (measured by the link emulator).
-	Recoveries map[string][]float64 `json:"link_up_to_first_data_ms,omitempty"`
+	// (measured by the link emulator). Summaries written before
+	// LinkUpToFirstDataMs kept it under that key; they are read as such.
+	Recoveries map[string][]float64 `json:"link_up_to_first_data_ms_by_path,omitempty"`
+	// LinkUpToFirstDataMs: on a scenario that names its preferred path,
+	// from that path's first link-up to the first data segment on it
+	// (a lower bound, the time to the end of the transfer, when none
+	// came); PreferredShareAfterReturn: its share of the bytes
+	// acknowledged on all paths in the 4 s after that link-up (0–1).
+	LinkUpToFirstDataMs       *float64 `json:"link_up_to_first_data_ms,omitempty"`
+	PreferredShareAfterReturn *float64 `json:"preferred_share_after_return,omitempty"`
 	// BestPath: a tcp variant with `path: best` measures TCP over each of
 	// its candidate paths in turn and keeps the best; this is the path it
 	// kept, and BestOf the primary metric over each candidate.
@@ -302,6 +311,28 @@ func WriteJSON(file string, v any) error {
 	return os.WriteFile(file, append(data, '\n'), 0o644)
 }
 
+// UnmarshalJSON reads a summary, those of older files too: before the
+// preferred path's figure took the name link_up_to_first_data_ms, that
+// key held the per-path lists (Recoveries).
+func (s *Summary) UnmarshalJSON(data []byte) error {
+	type plain Summary
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	if old, ok := raw["link_up_to_first_data_ms"]; ok && len(bytes.TrimSpace(old)) > 0 && bytes.TrimSpace(old)[0] == '{' {
+		if _, both := raw["link_up_to_first_data_ms_by_path"]; !both {
+			raw["link_up_to_first_data_ms_by_path"] = old
+		}
+		delete(raw, "link_up_to_first_data_ms")
+		var err error
+		if data, err = json.Marshal(raw); err != nil {
+			return err
+		}
+	}
+	return json.Unmarshal(data, (*plain)(s))
+}
+
 // ReadSummary loads a summary.json.
 func ReadSummary(file string) (*Summary, error) {
 	data, err := os.ReadFile(file)
@@ -397,15 +428,19 @@ type Compact struct {
 	Paths       map[string]PathSummary `json:"paths"`
 	FCT         *FCTSummary            `json:"fct_ms,omitempty"`
 	Metrics     map[string]float64     `json:"metrics,omitempty"`
-	Recoveries  map[string][]float64   `json:"link_up_to_first_data_ms,omitempty"`
-	Errors      []string               `json:"errors,omitempty"`
+	Recoveries  map[string][]float64   `json:"link_up_to_first_data_ms_by_path,omitempty"`
+	// The return to the preferred path (Summary's fields of these names).
+	LinkUpToFirstDataMs       *float64 `json:"link_up_to_first_data_ms,omitempty"`
+	PreferredShareAfterReturn *float64 `json:"preferred_share_after_return,omitempty"`
+	Errors                    []string `json:"errors,omitempty"`
 }
 
 // Compacted drops what a document does not quote.
 func (s *Summary) Compacted() Compact {
 	return Compact{Scenario: s.Scenario, Variant: s.Variant, Kind: s.Kind, CC: s.CC["client"], MPTCPUsed: s.MPTCPUsed,
 		DurationS: s.DurationS, Bytes: s.Bytes, GoodputMbit: s.GoodputMbit, Retransmits: s.Retransmits,
-		Subflows: len(s.Subflows), Paths: s.Paths, FCT: s.FCT, Metrics: s.Metrics, Recoveries: s.Recoveries, Errors: s.Errors}
+		Subflows: len(s.Subflows), Paths: s.Paths, FCT: s.FCT, Metrics: s.Metrics, Recoveries: s.Recoveries,
+		LinkUpToFirstDataMs: s.LinkUpToFirstDataMs, PreferredShareAfterReturn: s.PreferredShareAfterReturn, Errors: s.Errors}
 }
 
 // CrossTable renders one value per scenario (rows) and variant (columns):

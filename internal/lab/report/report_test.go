@@ -39,3 +39,22 @@ func TestFCTStatsUsesTheSharedQuantileRule(t *testing.T) {
 		t.Errorf("JSON = %s", b)
 	}
 }
+
+// Summaries written before the preferred path's figure took the name
+// link_up_to_first_data_ms held the per-path lists there: read as such.
+func TestSummaryOfTheOlderShapeReads(t *testing.T) {
+	var old Summary
+	if err := json.Unmarshal([]byte(`{"variant": "v", "link_up_to_first_data_ms": {"wifi": [82.5, 90]}}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if len(old.Recoveries["wifi"]) != 2 || old.LinkUpToFirstDataMs != nil || old.Variant != "v" {
+		t.Fatalf("older summary read as %+v", old)
+	}
+	var cur Summary
+	if err := json.Unmarshal([]byte(`{"link_up_to_first_data_ms": 64.5, "preferred_share_after_return": 0.93, "link_up_to_first_data_ms_by_path": {"wifi": [64.5]}}`), &cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.LinkUpToFirstDataMs == nil || *cur.LinkUpToFirstDataMs != 64.5 || *cur.PreferredShareAfterReturn != 0.93 || len(cur.Recoveries["wifi"]) != 1 {
+		t.Fatalf("summary read as %+v", cur)
+	}
+}

@@ -19,6 +19,9 @@ const (
 	shareAfterUp = 200 * time.Millisecond
 	// shareWindow: ... for this long.
 	shareWindow = time.Second
+	// returnWindow: preferred_share_after_return is the preferred path's
+	// share of the bytes in this long from its link-up.
+	returnWindow = 4 * time.Second
 )
 
 // shareAfter is the share of the bytes acknowledged on all paths between
@@ -103,6 +106,48 @@ func (r *variantRun) recoveries(sum *report.Summary, links map[string]world.Link
 		sum.Recoveries[p.Name] = list
 		sum.Metrics[p.Name+"_link_up_to_first_data_ms_mean"] = mean(list)
 		sum.Metrics[p.Name+"_link_up_to_first_data_ms_median"] = stats.Float64s(list, 0.5)[0]
+	}
+	r.preferredReturn(sum, links, samples)
+}
+
+// preferredReturn measures the return to the scenario's preferred path
+// after its first link-up: the time to the first data segment on it, and
+// its share of the bytes acknowledged in the returnWindow from link-up.
+// A return that never came counts as the time to the end of the samples
+// (a lower bound).
+func (r *variantRun) preferredReturn(sum *report.Summary, links map[string]world.LinkState, samples []recorder.Sample) {
+	if r.s.Preferred == "" {
+		return
+	}
+	for _, p := range r.w.Paths {
+		if p.Name != r.s.Preferred {
+			continue
+		}
+		st, ok := links[p.Link]
+		if !ok {
+			return
+		}
+		dir := st.Up
+		if !r.upload {
+			dir = st.Down
+		}
+		if len(dir.Ups) == 0 || dir.Origin <= 0 {
+			return
+		}
+		u := dir.Ups[0]
+		at := u.UpAt - dir.Origin // into the transfer, as the samples' T
+		ms := float64(u.FirstDataAt-u.UpAt) / 1e6
+		if u.FirstDataAt == 0 {
+			if len(samples) == 0 {
+				return
+			}
+			ms = float64(samples[len(samples)-1].T-at) / 1e6
+		}
+		sum.LinkUpToFirstDataMs = &ms
+		if share, ok := shareAfter(samples, r.pathMapper(), r.upload, p.Name, at, at+returnWindow); ok {
+			sum.PreferredShareAfterReturn = &share
+		}
+		return
 	}
 }
 

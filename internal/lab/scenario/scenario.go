@@ -31,6 +31,11 @@ type Scenario struct {
 	// Primary and Compare: what results compare (compare.go).
 	Primary Primary
 	Compare []string
+	// Preferred names the path a scenario's claim prefers (prefer's
+	// return after an outage): the runner measures the return to it
+	// (link_up_to_first_data_ms, preferred_share_after_return). Empty
+	// when the scenario says none.
+	Preferred string
 }
 
 // Load reads and validates a scenario file.
@@ -176,12 +181,24 @@ func parse(m *yamlcfg.Map) (*Scenario, error) {
 		fillVariantDefaults(v, s)
 	}
 	checkCompetitors(m, s) // competitor.go
+	s.Preferred = m.String("preferred", "")
+	if s.Preferred != "" && !seen[s.Preferred] && !m.Failed("preferred") {
+		m.Errorf("preferred", "%q is not a path of this scenario (paths: %s)", s.Preferred, strings.Join(pathNames(s), ", "))
+	}
 	parseComparisons(m, s)
 	m.Done()
 	if err := m.Err(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+func pathNames(s *Scenario) []string {
+	var out []string
+	for _, p := range s.Paths {
+		out = append(out, p.Name)
+	}
+	return out
 }
 
 // Path returns the path with this name.

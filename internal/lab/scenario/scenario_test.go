@@ -141,6 +141,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"duplicate key", "paths:\n  - name: a\n    rate: 1mbit\n    rate: 2mbit", `s.yaml:4: paths[0].rate: key "rate" is given twice (first on line 3)`},
 		{"rmem too large", "hosts: {client: {rmem: 1e30GB}}\npaths: [{name: a}]", `s.yaml:1: hosts.client.rmem: size "1e30GB" is too large`},
 		{"queue too large", "paths: [{name: a, queue: 1e30GB}]", `paths[0].queue: "1e30GB" is not a queue size`},
+		{"preferred not a path", "paths: [{name: a}, {name: b}]\npreferred: wifi", `s.yaml:2: preferred: "wifi" is not a path of this scenario (paths: a, b)`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

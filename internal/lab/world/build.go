@@ -421,6 +421,9 @@ func (w *World) configureMPTCP() error {
 			// replaces is still counted).
 			lim.Subflows = MaxEndpoints
 		}
+		if w.SpareJoin {
+			lim.Subflows = min(lim.Subflows+1, MaxEndpoints)
+		}
 		err = c.SetLimits(lim)
 		if err == nil {
 			err = w.addEndpoints(c, role)

@@ -174,6 +174,15 @@ type Plan struct {
 	Paths    []PathInfo `json:"paths"`
 	// Limits are the path-manager limits of both hosts.
 	Limits pm.Limits `json:"limits"`
+	// SpareJoin: both hosts allow one join more than Limits says, as the
+	// kernel's default limits (2) do for two paths. A daemon on a client
+	// run by the kernel path manager may re-add an endpoint (prefer's
+	// fast return): when that is the address of the connection's initial
+	// subflow, the fresh subflow is a join both hosts count while the
+	// path's old one (the initial subflow, not a join) frees none. The
+	// client's kernel path manager opens no more subflows for it: one
+	// per endpoint.
+	SpareJoin bool `json:"spare_join,omitempty"`
 	// Spread is how r1 and r2 spread flows over the core ("" without a
 	// core): ecmp (L4 hash) or pinned (round-robin per pair, BPF).
 	Spread scenario.Spread `json:"spread,omitempty"`
@@ -400,6 +409,7 @@ func NewPlan(name string, s *scenario.Scenario, v *scenario.Variant) (*Plan, err
 		p.routeDirectServersViaCore()
 	}
 	p.Limits = limits(s, p.Paths)
+	p.SpareJoin = v.Kind == scenario.KindMPTCP && len(v.Daemon[Client]) > 0 && kernelPM[Client]
 	return p, nil
 }
 

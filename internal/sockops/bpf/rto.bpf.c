@@ -13,6 +13,8 @@
 // with a window of one segment (RFC 5681's guard against a congested
 // path), but a probe's SYNs were lost because the path was down, not
 // congested, and one segment would take five round trips to fill the path.
+// rtoexisting.bpf.c gives subflows that were established before what this
+// program gives new ones.
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>

@@ -1,0 +1,155 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+)
+
+// The fast return under the kernel path manager. There no subflow can be
+// opened or closed on its own (the kernel opens them from its endpoints),
+// and a stalled subflow comes back only at its next retransmission, at
+// least a second apart once backed off (TCP_RTO_MAX_MS cannot go lower).
+// What the kernel does offer: removing an endpoint closes the subflows
+// from its address on every connection, and adding one makes the kernel
+// path manager open a subflow from it on every connection where it may
+// (pm_kernel.c). So while a preferred address has no viable subflow
+// because the ones there stalled, prefer asks the daemon to re-add its
+// endpoint (Reopen): the stalled subflows close (MPTCP sends what they
+// held again on the others) and a fresh subflow from the address joins,
+// its SYN retransmitted every ProbeInterval (the sockops program sets its
+// timeout) — tcp_syn_linear_timeouts times, then backed off. The endpoint
+// is re-added again once those retransmissions are spent, so a SYN leaves
+// every ProbeInterval for as long as the path is silent; the first one
+// the path answers is a subflow like any other, viable and preferred: it
+// carries the data, two round trips after its SYN.
+//
+// Each re-add closes the probe before it, and closing any subflow makes
+// this kernel send the connection's whole unacknowledged window again on
+// the others: that is the probing's price, paid once per period on the
+// paths that carry the data meanwhile (docs/daemon.md). After
+// reopenSteadyAfter of silence the period doubles at each re-add up to
+// maxReopenPeriod, so a long outage costs little.
+
+// defaultReopenInterval is the probes' SYN timeout under the kernel path
+// manager: a silent path hears a SYN this often.
+const defaultReopenInterval = 40 * time.Millisecond
+
+// reopenBackoff: an established subflow is given up for a fresh one only
+// after this many retransmission timeouts in a row without an ACK (at
+// least three of its RTOs of silence: a single timeout is a tail loss on
+// a path that works).
+const reopenBackoff = 2
+
+// reopenSteadyAfter: the endpoint is re-added at the full pace for this
+// long; then the pace halves at every re-add, down to one re-add per
+// maxReopenPeriod.
+const (
+	reopenSteadyAfter = 10 * time.Second
+	maxReopenPeriod   = 4 * time.Second
+)
+
+// reopenPeriod is how often the endpoint is re-added: once the probe's
+// SYN has been sent and retransmitted at its linear pace (the first SYN
+// and tcp_syn_linear_timeouts+1 retransmissions, one ProbeInterval apart,
+// before the timeout doubles), so that the next SYN is the next probe's;
+// and not before the answer to the probe's last SYN at that pace could be
+// back (rtt, the path's round trip: a re-add closes the probe, and a
+// SYN/ACK on its way would find it gone). probing is how long the
+// address has been probed.
+func (p *Prefer) reopenPeriod(probing, rtt time.Duration) time.Duration {
+	linear := 4
+	if p.env.SynLinearKnown {
+		linear = p.env.SynLinearTimeouts
+	}
+	period := max(time.Duration(linear+2)*p.ProbeInterval, time.Duration(linear+1)*p.ProbeInterval+rtt)
+	for t := reopenSteadyAfter; probing > t && period < maxReopenPeriod; t += period {
+		period *= 2
+	}
+	return min(period, max(maxReopenPeriod, time.Duration(linear+2)*p.ProbeInterval+rtt))
+}
+
+// reopen wants fresh subflows from the preferred addresses of a client
+// connection whose subflows there stalled, or were closed by an earlier
+// re-add and have no successor established yet.
+func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.Addr]int, cs *PreferConnStatus) []Action {
+	if st.probing == nil {
+		st.probing, st.seenOn, st.closing = map[netip.Addr]*probeState{}, map[netip.Addr]bool{}, map[SubflowID]time.Time{}
+	}
+	present := map[netip.Addr]bool(nil)
+	if p.env.Interfaces != nil {
+		present = map[netip.Addr]bool{}
+		for _, addrs := range p.env.Interfaces() {
+			for _, a := range addrs {
+				present[a] = true
+			}
+		}
+	}
+	addrs := make([]netip.Addr, 0, len(rank))
+	for a := range rank {
+		addrs = append(addrs, a)
+	}
+	sort.Slice(addrs, func(i, j int) bool {
+		return rank[addrs[i]] < rank[addrs[j]] || rank[addrs[i]] == rank[addrs[j]] && addrs[i].Less(addrs[j])
+	})
+	var out []Action
+	for _, a := range addrs {
+		if a.Is4() != c.Remote.Addr().Is4() {
+			continue
+		}
+		var est, silent int
+		var rtt time.Duration
+		healthy := false
+		for _, sf := range c.Subflows {
+			if sf.Local.Addr() != a {
+				continue
+			}
+			est++
+			healthy = healthy || !st.stalled[ID(sf)]
+			if sf.Backoff >= reopenBackoff {
+				silent++
+			}
+			rtt = max(rtt, sf.MinRTT)
+		}
+		if est > 0 {
+			st.seenOn[a] = true
+		}
+		ps := st.probing[a]
+		if healthy {
+			delete(st.probing, a) // back, or never gone
+			continue
+		}
+		if est == 0 && !st.seenOn[a] {
+			continue // never had a subflow there: the kernel opens it, or not
+		}
+		if ps == nil {
+			ps = &probeState{since: now}
+			st.probing[a] = ps
+		}
+		ps.rtt = max(ps.rtt, rtt)
+		probing := now.Sub(ps.since)
+		if silent < est {
+			// Stalled, but maybe for a moment: a re-add closes the subflow
+			// and sends its window again, so only a path silent through
+			// reopenBackoff retransmission timeouts in a row is re-added.
+			cs.Probing = append(cs.Probing, fmt.Sprintf("%s: stalled for %s, re-added after %d retransmission timeouts in a row", a, fmtMs(probing), reopenBackoff))
+			continue
+		}
+		if present != nil && !present[a] {
+			// The interface lost the address: a subflow from it would fail
+			// at once. The daemon decides again on the address event.
+			cs.Probing = append(cs.Probing, fmt.Sprintf("%s: address gone, waiting for it (%s)", a, fmtMs(probing)))
+			continue
+		}
+		period := p.reopenPeriod(probing, ps.rtt)
+		why := "its subflows were closed by the last re-add, no new one answered yet"
+		if est > 0 {
+			why = fmt.Sprintf("its %d subflow(s) stalled", est)
+		}
+		cs.Probing = append(cs.Probing, fmt.Sprintf("%s: reopening for %s, every %s (%s)", a, fmtMs(probing), fmtMs(period), why))
+		out = append(out, Action{Kind: Reopen, Token: c.Token, Subflow: NewSubflowID(netip.AddrPortFrom(a, 0), c.Remote), Interval: period,
+			Reason: fmt.Sprintf("preferred %s has no viable subflow (%s): fresh subflows from it, their SYN every %s, until the path answers", a, why, fmtMs(p.ProbeInterval))})
+	}
+	return out
+}

@@ -1,0 +1,201 @@
+package policy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"mpsteer/internal/observe"
+	"mpsteer/internal/yamlcfg"
+)
+
+// reopenWorld is a client connection under the kernel path manager with
+// the defaults: it started on cell; the preferred wifi joined.
+type reopenWorld struct {
+	clock
+	ifaces map[string][]netip.Addr
+	p      *Prefer
+	conn   *Conn
+}
+
+func newReopenWorld(t *testing.T, env Env) *reopenWorld {
+	w := &reopenWorld{clock: clock{t: time.Unix(0, 0)}, ifaces: map[string][]netip.Addr{"wifi": {wifiAddr}, "cell": {cellAddr}}}
+	env.PathManager = KernelPM
+	env.Addrs = func(n string) ([]netip.Addr, bool) { a, ok := w.ifaces[n]; return a, ok }
+	env.Interfaces = func() map[string][]netip.Addr { return w.ifaces }
+	w.p = NewPrefer(env)
+	if err := w.p.SetTargets([]string{"wifi"}); err != nil {
+		t.Fatal(err)
+	}
+	w.conn = &Conn{Token: 1, Established: true, Local: netip.AddrPortFrom(cellAddr, 1), Remote: remote,
+		Subflows: []observe.Subflow{sf("10.2.0.1", 1, 20*ms, 10), sf("10.1.0.1", 2, 20*ms, 10)}}
+	w.conn.Subflows[1].LocalID = 1
+	return w
+}
+
+func (w *reopenWorld) decide() []Action {
+	return w.p.Decide(&Snapshot{Now: w.t, Conns: []*Conn{w.conn}})
+}
+
+func (w *reopenWorld) status() PreferConnStatus {
+	return w.p.Status().(PreferStatus).Conns[0]
+}
+
+// The defaults under the kernel path manager: the fast return is on, its
+// SYN timeout 40 ms; unsent data is bounded on every subflow.
+func TestPreferKernelPMDefaults(t *testing.T) {
+	p := NewPrefer(Env{PathManager: KernelPM})
+	if p.ProbeInterval != 40*ms || p.NotSentLowat != 16<<10 || p.RTOMax != time.Second || p.mesh != nil {
+		t.Fatalf("defaults: probe_interval %v, notsent_lowat %v, rto_max %v, opens subflows %v", p.ProbeInterval, p.NotSentLowat, p.RTOMax, p.mesh != nil)
+	}
+	// As built from a config that names only the paths.
+	m, err := yamlcfg.Parse("c.yaml", []byte("name: prefer\npaths: [wifi]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Build(m, Env{PathManager: KernelPM}).(*Prefer)
+	if err := m.Err(); err != nil || b.ProbeInterval != 40*ms {
+		t.Fatalf("built: %v, probe_interval %v", err, b.ProbeInterval)
+	}
+}
+
+func TestPreferReopensAStalledPreferredPathUnderTheKernelPM(t *testing.T) {
+	w := newReopenWorld(t, Env{})
+	if acts := w.decide(); len(kinds(acts, Reopen)) != 0 {
+		t.Fatalf("healthy: %v", kinds(acts, Reopen))
+	}
+	// The wifi goes silent: one retransmission timeout is a tail loss on
+	// a working path, not yet a reason to close the subflow.
+	wifi := &w.conn.Subflows[1]
+	wifi.Unacked, wifi.LastAckRecv, wifi.Backoff = 30, 400*ms, 1
+	w.add(100 * ms)
+	acts := w.decide()
+	if r := kinds(acts, Reopen); len(r) != 0 {
+		t.Fatalf("after one RTO: %v", r)
+	}
+	if d := backups(t, kinds(acts, Backup)); !d["10.1.0.1"] || d["10.2.0.1"] {
+		t.Fatalf("stalled: backup %v, want the stalled wifi backup and cell carrying", d)
+	}
+	if st := w.status(); len(st.Probing) != 1 || !strings.Contains(st.Probing[0], "retransmission timeouts in a row") {
+		t.Fatalf("status %+v", st.Probing)
+	}
+	// A second timeout in a row: its endpoint is to be re-added, the
+	// probes' SYN every 40 ms, re-added every 6 of them (4 linear
+	// retransmissions, then the timeout would double).
+	wifi.Backoff, wifi.LastAckRecv, wifi.MinRTT = 2, 1200*ms, 20*ms
+	w.add(100 * ms)
+	r := kinds(w.decide(), Reopen)
+	if len(r) != 1 || r[0].Subflow.Local.AddrPort() != netip.AddrPortFrom(wifiAddr, 0) || r[0].Subflow.Remote.AddrPort() != remote || r[0].Interval != 240*ms || r[0].Token != 1 {
+		t.Fatalf("reopen %+v, want wifi's endpoint re-added every 240ms", r)
+	}
+	if req := w.p.Requirements(); req.SynRTO[wifiAddr] != 40*ms || req.RTOMax[wifiAddr] != time.Second || req.NotSentLowat != 16<<10 {
+		t.Fatalf("requirements %+v, want a 40ms SYN timeout on wifi", req)
+	}
+	// The re-add closed the stalled subflow; a probe is joining. Wanted
+	// again every round until one answers, the other paths carrying.
+	probe := sf("10.1.0.1", 3, 0, 10)
+	probe.State = observe.TCPSynSent
+	w.conn.Subflows, w.conn.Pending = w.conn.Subflows[:1], []observe.Subflow{probe}
+	for i := 0; i < 5; i++ {
+		w.add(100 * ms)
+		acts := w.decide()
+		if r := kinds(acts, Reopen); len(r) != 1 || !strings.Contains(r[0].Reason, "closed by the last re-add") {
+			t.Fatalf("round %d: %v", i, r)
+		}
+		if d := backups(t, kinds(acts, Backup)); len(d) != 1 || !d["10.2.0.1"] {
+			t.Fatalf("round %d: backup %v: cell is all there is, backup until a preferred subflow joins (the kernel sends on it)", i, d)
+		}
+	}
+	// The path answers: the probe is established and carries the data.
+	probe.State, probe.SRTT = observe.TCPEstablished, 20*ms
+	w.conn.Pending, w.conn.Subflows = nil, append(w.conn.Subflows, probe)
+	w.add(100 * ms)
+	acts = w.decide()
+	if r := kinds(acts, Reopen); len(r) != 0 {
+		t.Fatalf("answered, still reopening: %v", r)
+	}
+	if d := backups(t, kinds(acts, Backup)); d["10.1.0.1"] || !d["10.2.0.1"] {
+		t.Fatalf("answered: backup %v, want wifi carrying", d)
+	}
+	if len(w.p.Requirements().SynRTO) != 0 {
+		t.Fatal("the SYN timeout stays set after the return")
+	}
+}
+
+// A preferred address whose interface lost it is not re-added (a subflow
+// from it would fail at once); the address event brings the re-add. (A
+// preference by interface name has no address while it is gone.)
+func TestPreferWaitsForAGoneAddressBeforeReopening(t *testing.T) {
+	w := newReopenWorld(t, Env{})
+	if err := w.p.SetTargets([]string{wifiAddr.String()}); err != nil {
+		t.Fatal(err)
+	}
+	w.decide()
+	w.conn.Subflows[1].Unacked, w.conn.Subflows[1].LastAckRecv, w.conn.Subflows[1].Backoff = 30, 2*time.Second, 3
+	w.ifaces["wifi"] = nil
+	w.add(100 * ms)
+	if r := kinds(w.decide(), Reopen); len(r) != 0 {
+		t.Fatalf("address gone: %v", r)
+	}
+	if st := w.status(); len(st.Probing) != 1 || !strings.Contains(st.Probing[0], "address gone") {
+		t.Fatalf("status %v", st.Probing)
+	}
+	w.ifaces["wifi"] = []netip.Addr{wifiAddr}
+	w.add(20 * ms)
+	if r := kinds(w.decide(), Reopen); len(r) != 1 {
+		t.Fatalf("address back: %v", r)
+	}
+}
+
+// Server-side connections, ones that never had a subflow on the
+// preferred address, and probe_interval: 0s are left alone.
+func TestPreferReopensOnlyWhatItShould(t *testing.T) {
+	stall := func(w *reopenWorld) {
+		w.conn.Subflows[1].Unacked, w.conn.Subflows[1].LastAckRecv, w.conn.Subflows[1].Backoff = 30, 2*time.Second, 3
+	}
+	w := newReopenWorld(t, Env{})
+	w.conn.ServerSide = true
+	stall(w)
+	if r := kinds(w.decide(), Reopen); len(r) != 0 {
+		t.Fatalf("server side: %v", r)
+	}
+	w = newReopenWorld(t, Env{})
+	w.conn.Subflows = w.conn.Subflows[:1] // wifi never joined
+	if r := kinds(w.decide(), Reopen); len(r) != 0 {
+		t.Fatalf("never on wifi: %v", r)
+	}
+	w = newReopenWorld(t, Env{})
+	w.p.ProbeInterval = 0
+	stall(w)
+	if r := kinds(w.decide(), Reopen); len(r) != 0 {
+		t.Fatalf("probe_interval 0s: %v", r)
+	}
+}
+
+// The pace: a re-add once the probe's linear SYN retransmissions are
+// spent, so that the path hears a SYN every probe_interval; after 10 s of
+// silence it halves at every re-add, down to one every 4 s.
+func TestPreferReopenPeriod(t *testing.T) {
+	for _, c := range []struct {
+		env          Env
+		probing, rtt time.Duration
+		want         time.Duration
+	}{
+		{Env{}, 0, 20 * ms, 240 * ms},
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 4}, 5 * time.Second, 0, 240 * ms},
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 0}, 0, 0, 80 * ms}, // before 6.5: every SYN timeout doubles
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 8}, 0, 0, 400 * ms},
+		// A far path: the answer to the last SYN at the linear pace is
+		// awaited (200 ms + its 80 ms round trip).
+		{Env{}, 0, 80 * ms, 280 * ms},
+		{Env{}, 10*time.Second + ms, 0, 480 * ms},
+		{Env{}, 10*time.Second + 480*ms + ms, 0, 960 * ms},
+		{Env{}, time.Hour, 0, 4 * time.Second},
+	} {
+		p := NewPrefer(Env{PathManager: KernelPM, SynLinearTimeouts: c.env.SynLinearTimeouts, SynLinearKnown: c.env.SynLinearKnown})
+		if got := p.reopenPeriod(c.probing, c.rtt); got != c.want {
+			t.Errorf("linear %d (known %v), probing %v, rtt %v: period %v, want %v", c.env.SynLinearTimeouts, c.env.SynLinearKnown, c.probing, c.rtt, got, c.want)
+		}
+	}
+}
