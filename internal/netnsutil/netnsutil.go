@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
@@ -25,10 +26,33 @@ import (
 // Dir is where iproute2 keeps named namespaces.
 const Dir = "/run/netns"
 
+// sharedDir makes Dir a shared mount point once per process, as iproute2's
+// `ip netns add` does: a namespace bound under a Dir that is not one would
+// be hidden by the first `ip netns add` after it (which binds Dir onto
+// itself), and could then be neither listed nor deleted.
+var sharedDir = sync.OnceValue(func() error {
+	if err := os.MkdirAll(Dir, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) { // not a mount point yet
+		if err = unix.Mount(Dir, Dir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+			err = unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("make %s a shared mount point (as ip netns add does): %w", Dir, err)
+	}
+	return nil
+})
+
 // Create makes a new named namespace. It fails if the name exists.
 func Create(name string) error {
 	if Exists(name) {
 		return fmt.Errorf("network namespace %q already exists", name)
+	}
+	if err := sharedDir(); err != nil {
+		return err
 	}
 	// netns.NewNamed moves the calling thread into the new namespace: it
 	// runs on a thread of its own that is never unlocked, so the runtime
