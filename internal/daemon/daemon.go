@@ -143,6 +143,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if err := checkKernel(cfg); err != nil {
+		return err
+	}
 	d := &Daemon{opts: o, log: log.New(o.Log, "mpsteer: ", log.LstdFlags|log.Lmicroseconds), cfg: cfg,
 		engine: &policy.Engine{Policies: cfg.Policies}, tracker: observe.NewTracker(), pmMode: observe.PathManager(),
 		in: newInbox()}
