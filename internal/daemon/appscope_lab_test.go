@@ -142,7 +142,7 @@ func TestPerApplicationPolicyInTheLab(t *testing.T) {
 	}
 	unmodified := mptcpizeErr == nil
 	h := testutil.TwoHosts(t, 2)
-	if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
+	if err := netnsutil.SetPathManager(h.Client, "userspace"); err != nil {
 		t.Fatal(err)
 	}
 	if err := testutil.DialPM(t, h.Server).SetLimits(pm.Limits{Subflows: 4}); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/policy"
 )
@@ -56,7 +57,8 @@ func Interfaces() map[string][]netip.Addr {
 
 // hostEnv is the policy environment of this host.
 func hostEnv() policy.Env {
-	return policy.Env{Addrs: ifaces.addrs, Interfaces: ifaces.all, PathManager: observe.PathManager()}
+	return policy.Env{Addrs: ifaces.addrs, Interfaces: ifaces.all, PathManager: observe.PathManager(),
+		SelectUserspace: netnsutil.UserspacePMSetting()}
 }
 
 // ifaces caches what the policies ask of the namespace's interfaces:
