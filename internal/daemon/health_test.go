@@ -2,19 +2,21 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"mpsteer/internal/lab/labtest"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/lab/labtest"
 	"mpsteer/internal/lab/scenario"
 	"mpsteer/internal/lab/traffic"
 	labworld "mpsteer/internal/lab/world"
 	"mpsteer/internal/sockops"
 	"mpsteer/internal/testutil"
+	"mpsteer/internal/timescale"
 	"mpsteer/internal/units"
 )
 
@@ -66,23 +68,66 @@ func subflowsOf(st *api.Status) []api.SubflowStatus {
 	return out
 }
 
+// uploadUntilStopped runs an MPTCP upload until the returned stop is called (or
+// a minute, stretched by the time scale, has passed), and stop says how
+// many bytes the server got.
+func uploadUntilStopped(t *testing.T, w *labworld.World) (stop func() int64) {
+	t.Helper()
+	client, server := w.Host(labworld.Client).NetNS, w.Host(labworld.Server).NetNS
+	b := &traffic.Bulk{ClientNS: client, ServerNS: server, Server: netip.AddrPortFrom(w.Paths[0].Server.Addr, 5201),
+		Proto: traffic.MPTCP, Upload: true, Duration: timescale.Scaled(time.Minute)}
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		res traffic.BulkResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := b.Run(ctx)
+		done <- result{res, err}
+	}()
+	stopped := false
+	stop = func() int64 {
+		t.Helper()
+		if stopped {
+			return 0
+		}
+		stopped = true
+		cancel()
+		r := <-done
+		if r.err != nil && !errors.Is(r.err, context.Canceled) {
+			t.Fatal(r.err)
+		}
+		return r.res.Bytes
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
 // The server reports both paths on every subflow's ACKs; the client reads
 // the reports (paths named by address ids that match its subflows'), sees
-// path b go bad when its last hop starts losing, and sets it aside.
+// path b go bad when its last hop starts losing, and sets it aside. The
+// test waits on each state in turn, while the upload runs, however slow
+// the machine.
 func TestHealthReportsEndToEnd(t *testing.T) {
 	w := labtest.World(t, healthPaths, "mptcp")
 	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: lab}\n")
 	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
 	bAddr := w.Path("b").Client.Addr.String()
-	check := func(st *api.Status) error {
-		if st == nil || st.Health == nil || !st.Health.Parse {
-			return fmt.Errorf("client status without the health program: %+v", st)
+	// reports returns the subflows of paths a and b once each has a report
+	// from the server, path a's fresh and healthy.
+	reports := func() (good, bad *api.SubflowStatus, err error) {
+		st, err := cli.Client.Status()
+		if err != nil {
+			return nil, nil, err
 		}
-		var good, bad *api.SubflowStatus
+		if st == nil || st.Health == nil || !st.Health.Parse {
+			return nil, nil, fmt.Errorf("client status without the health program: %+v", st)
+		}
 		for _, sf := range subflowsOf(st) {
 			sf := sf
 			if sf.Health == nil || sf.Health.Direction != "received" {
-				return fmt.Errorf("subflow %s→%s has no report: %+v", sf.Local, sf.Remote, sf.Health)
+				return nil, nil, fmt.Errorf("subflow %s→%s has no report: %+v", sf.Local, sf.Remote, sf.Health)
 			}
 			if strings.HasPrefix(sf.Local, bAddr+":") {
 				bad = &sf
@@ -92,36 +137,44 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 		}
 		switch {
 		case good == nil || bad == nil:
-			return fmt.Errorf("want both paths' subflows: %+v", subflowsOf(st))
-		case good.Health.AgeMs > 500 || good.Health.LastHopPct == nil || *good.Health.LastHopPct < 97:
-			return fmt.Errorf("path a's report: %+v", good.Health)
+			return nil, nil, fmt.Errorf("want both paths' subflows: %+v", subflowsOf(st))
+		case time.Duration(good.Health.AgeMs)*time.Millisecond > timescale.Scaled(500*time.Millisecond) ||
+			good.Health.LastHopPct == nil || *good.Health.LastHopPct < 97:
+			return nil, nil, fmt.Errorf("path a's report: %+v", good.Health)
+		}
+		return good, bad, nil
+	}
+	stop := uploadUntilStopped(t, w)
+	// Both paths are reported, and neither is set aside, before anything
+	// goes wrong.
+	testutil.Eventually(t, timescale.Scaled(15*time.Second), func() error {
+		_, bad, err := reports()
+		if err == nil && bad.Decision != nil && bad.Decision.Backup {
+			err = fmt.Errorf("path b set aside before its last hop lost anything: %+v", bad.Decision)
+		}
+		return err
+	})
+	// Path b's last hop starts losing 20%: the client sets b aside and
+	// keeps a.
+	p := units.Fraction(0.2)
+	if _, err := labworld.Control(w.Dir, labworld.Request{Op: "set", Link: w.Path("b").Link, Dir: scenario.DirUp,
+		Patch: &scenario.Patch{Loss: &p}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timescale.Scaled(15*time.Second), func() error {
+		good, bad, err := reports()
+		switch {
+		case err != nil:
+			return err
 		case bad.Decision == nil || !bad.Decision.Backup || bad.Decision.Policy != "ramptcp":
 			return fmt.Errorf("path b not set aside: %+v", bad.Decision)
 		case good.Decision == nil || good.Decision.Backup:
 			return fmt.Errorf("path a not active: %+v", good.Decision)
 		}
 		return nil
-	}
-	result := make(chan error, 1)
-	go func() {
-		// While the transfer runs (the loss starts at 3 s; it ends at 6 s
-		// with the connection), until the client has seen and acted.
-		time.Sleep(3500 * time.Millisecond)
-		var err error
-		for i := 0; i < 20; i++ {
-			st, _ := cli.Client.Status()
-			if err = check(st); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		result <- err
-	}()
-	if n := upload(t, w, 6*time.Second, true); n == 0 {
+	})
+	if n := stop(); n == 0 {
 		t.Fatal("nothing arrived")
-	}
-	if err := <-result; err != nil {
-		t.Fatal(err)
 	}
 	st, err := cli.Client.Status()
 	if err != nil {
@@ -131,10 +184,10 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := ss.Health.Program
-	t.Logf("server: %v; client: %v", p, st.Health.Program)
-	if p["written"] == 0 || ss.Health.FitPct == nil || *ss.Health.FitPct < 50 {
-		t.Fatalf("server wrote %d reports, fit %v", p["written"], ss.Health.FitPct)
+	prog := ss.Health.Program
+	t.Logf("server: %v; client: %v", prog, st.Health.Program)
+	if prog["written"] == 0 || ss.Health.FitPct == nil || *ss.Health.FitPct < 50 {
+		t.Fatalf("server wrote %d reports, fit %v", prog["written"], ss.Health.FitPct)
 	}
 	if st.Health.Program["parsed"] == 0 || st.Health.Program["malformed"] != 0 {
 		t.Fatalf("client parsed %d, malformed %d", st.Health.Program["parsed"], st.Health.Program["malformed"])

@@ -14,6 +14,7 @@ import (
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
+	"mpsteer/internal/timescale"
 )
 
 // userspaceHosts: two hosts joined by n veth links, both run by the
@@ -22,7 +23,7 @@ func userspaceHosts(t *testing.T, n int) testutil.Hosts {
 	testutil.RequireLab(t)
 	h := testutil.TwoHosts(t, n)
 	for _, ns := range []string{h.Client, h.Server} {
-		if err := netnsutil.Sysctl(ns, "net.mptcp.path_manager", "userspace"); err != nil {
+		if err := netnsutil.SetPathManager(ns, "userspace"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,9 +49,11 @@ func pairs(t *testing.T, s *observe.Sampler) map[string]int {
 	return out
 }
 
-// waitFor polls cond until it holds or d passes.
+// waitFor polls cond until it holds or d (stretched by the time scale)
+// passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	d = timescale.Scaled(d) // slower where the kernel runs emulated
 	deadline := time.Now().Add(d)
 	var last string
 	for time.Now().Before(deadline) {
@@ -129,8 +132,11 @@ func TestFullmeshMeshesAnnouncesAndReopensAfterAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cr := actionsOf(cst, "create", "applied"); len(cr) != 7 || cr[0].Reason == "" {
-		t.Fatalf("client creations %+v, want 7 applied (8 subflows, the initial one included)", cr)
+	// 7 creations for 8 subflows (the initial one included); more where a
+	// join did not complete within join_timeout on a loaded machine and was
+	// opened again.
+	if cr := actionsOf(cst, "create", "applied"); len(cr) < 7 || cr[0].Reason == "" {
+		t.Fatalf("client creations %+v, want at least 7 applied (8 subflows, the initial one included)", cr)
 	}
 	if cst.PathManager != "userspace" || cst.Connections[0].ServerSide || len(cst.Connections[0].RemoteAddrs) != 1 {
 		t.Fatalf("status: path manager %q, connection %+v", cst.PathManager, cst.Connections[0])
@@ -198,7 +204,7 @@ func setLink(t *testing.T, h testutil.Hosts, i int, up bool) {
 func TestIncrementalStaysSinglePathForShortFlowsAndGrows(t *testing.T) {
 	testutil.RequireLab(t)
 	h := testutil.TwoHosts(t, 2)
-	if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
+	if err := netnsutil.SetPathManager(h.Client, "userspace"); err != nil {
 		t.Fatal(err)
 	}
 	// The server runs the kernel path manager, which accepts the joins.
