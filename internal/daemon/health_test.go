@@ -154,6 +154,24 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 		}
 		return err
 	})
+	// While nothing is lost the report fits beside MPTCP's own options on
+	// most pure ACKs (loss brings SACK blocks, which crowd it out): the
+	// share over the first hundred reports the server wrote.
+	var clean map[string]uint64
+	testutil.Eventually(t, timescale.Scaled(15*time.Second), func() error {
+		ss, err := srv.Client.Status()
+		if err != nil {
+			return err
+		}
+		if ss.Health == nil || ss.Health.Program["written"]+ss.Health.Program["partial"] < 100 {
+			return fmt.Errorf("server's reports so far: %+v", ss.Health)
+		}
+		clean = ss.Health.Program
+		return nil
+	})
+	if tried := clean["acks"] - clean["no_info"]; tried == 0 || 2*(clean["written"]+clean["partial"]) < tried {
+		t.Fatalf("before any loss the report fitted on %d of %d ACKs: %v", clean["written"]+clean["partial"], tried, clean)
+	}
 	// Path b's last hop starts losing 20%: the client sets b aside and
 	// keeps a.
 	p := units.Fraction(0.2)
@@ -186,8 +204,8 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	}
 	prog := ss.Health.Program
 	t.Logf("server: %v; client: %v", prog, st.Health.Program)
-	if prog["written"] == 0 || ss.Health.FitPct == nil || *ss.Health.FitPct < 50 {
-		t.Fatalf("server wrote %d reports, fit %v", prog["written"], ss.Health.FitPct)
+	if prog["written"] <= clean["written"] {
+		t.Fatalf("server wrote %d reports, none since the loss started", prog["written"])
 	}
 	if st.Health.Program["parsed"] == 0 || st.Health.Program["malformed"] != 0 {
 		t.Fatalf("client parsed %d, malformed %d", st.Health.Program["parsed"], st.Health.Program["malformed"])

@@ -21,7 +21,7 @@ var kernelRefusals = []struct {
 	key     string
 }{
 	{kernelfeat.UpdateSocketProto, false, "mptcpize: [/system.slice/mpsteer-test-none.service]\n", ":1: mptcpize"},
-	{kernelfeat.TCX, true, "policies: [{name: spread, from: [lo], via: [{dev: lo}, {dev: lo}]}]\n", ":1: policies[0] (spread)"},
+	{kernelfeat.TCX, true, "policies: [{name: spread, from: [br0], via: [{dev: phy1}, {dev: phy2}]}]\n", ":1: policies[0] (spread)"},
 	{kernelfeat.SockopsRTOMax, false, "policies:\n  - {name: prefer, paths: [lo], rto_max: 5s}\n", ":2: policies[0] (prefer): rto_max"},
 	{kernelfeat.StructOpsCC, false, "rate_via: cc\npolicies:\n  - {name: limit, rates: {lo: 10mbit}}\n", ":3: policies[0] (limit): rate_via: cc"},
 	{kernelfeat.CoupledCC, false, "coupled: lia\n", ":1: coupled"},
@@ -52,6 +52,13 @@ func TestDaemonRefusesWhatThisKernelLacks(t *testing.T) {
 				}
 			}
 			ns := testutil.Netns(t, "mpst-kref")
+			// The devices the configs name (a config naming devices the
+			// host lacks is refused for that first).
+			for _, pair := range [][2]string{{"br0", "br1"}, {"phy1", "phy2"}} {
+				if out, err := exec.Command("ip", "-n", ns, "link", "add", pair[0], "type", "veth", "peer", "name", pair[1]).CombinedOutput(); err != nil {
+					t.Fatalf("veth %s: %v: %s", pair[0], err, out)
+				}
+			}
 			dir := t.TempDir()
 			file := filepath.Join(dir, "c.yaml")
 			if err := os.WriteFile(file, []byte(c.config), 0o644); err != nil {

@@ -126,7 +126,7 @@ func TestFullmeshMeshesAnnouncesAndReopensAfterAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ann := actionsOf(sst, "announce", "applied"); len(ann) != 1 || ann[0].Target != h.ServerAddr(2).String()+":0" || ann[0].Policy != "fullmesh" {
-		t.Fatalf("server announcements %+v", ann)
+		t.Fatalf("server announcements %+v; the server's status: %+v", ann, sst)
 	}
 	cst, err := cli.Client.Status()
 	if err != nil {

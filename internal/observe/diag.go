@@ -449,7 +449,8 @@ func fillTCPInfo(sf *Subflow, b []byte) {
 	sf.CAState = ti.Ca_state
 }
 
-// mptcp_info offsets (struct mptcp_info, 96 bytes in 6.18).
+// mptcp_info offsets (struct mptcp_info, 96 bytes in 6.18; 48 before
+// 6.5, which added the counters from retransmits on).
 const (
 	miSubflows      = 0
 	miFlags         = 8
@@ -482,17 +483,19 @@ func parseConn(b []byte) (Conn, bool) {
 			continue
 		}
 		mi := ad.Bytes()
-		if len(mi) < miBytesAcked+8 {
+		if len(mi) < miToken+4 {
 			continue
 		}
 		c.Subflows = mi[miSubflows]
 		c.Fallback = binary.NativeEndian.Uint32(mi[miFlags:])&miFallback != 0
 		c.Token = binary.NativeEndian.Uint32(mi[miToken:])
-		c.Retransmits = binary.NativeEndian.Uint32(mi[miRetransmits:])
-		c.BytesRetrans = binary.NativeEndian.Uint64(mi[miBytesRetrans:])
-		c.BytesSent = binary.NativeEndian.Uint64(mi[miBytesSent:])
-		c.BytesRecv = binary.NativeEndian.Uint64(mi[miBytesReceived:])
-		c.BytesAcked = binary.NativeEndian.Uint64(mi[miBytesAcked:])
+		if len(mi) >= miBytesAcked+8 { // Linux 6.5 on
+			c.Retransmits = binary.NativeEndian.Uint32(mi[miRetransmits:])
+			c.BytesRetrans = binary.NativeEndian.Uint64(mi[miBytesRetrans:])
+			c.BytesSent = binary.NativeEndian.Uint64(mi[miBytesSent:])
+			c.BytesRecv = binary.NativeEndian.Uint64(mi[miBytesReceived:])
+			c.BytesAcked = binary.NativeEndian.Uint64(mi[miBytesAcked:])
+		}
 		if len(mi) > miSubflowsTotal {
 			c.SubflowsTotal = mi[miSubflowsTotal]
 		}
