@@ -2,18 +2,21 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"mpsteer/internal/lab/labtest"
 	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"mpsteer/internal/kernelfeat"
+	"mpsteer/internal/lab/labtest"
 	"mpsteer/internal/lab/traffic"
 	labworld "mpsteer/internal/lab/world"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/testutil"
+	"mpsteer/internal/timescale"
 )
 
 // Two emulated paths, 50 Mbit/s and 10 ms one way each.
@@ -114,5 +117,74 @@ func (u *watchedUpload) ccs(a netip.Addr) []string {
 func (u *watchedUpload) wait() {
 	if err := <-u.done; err != nil {
 		u.t.Fatal(err)
+	}
+}
+
+// Two emulated paths at low rates, for the kernel matrix's emulated
+// guests: 5 Mbit/s and 10 ms one way each.
+const slowRatePaths = `
+hosts: {client: {rmem: 4MiB, wmem: 4MiB}, server: {rmem: 4MiB, wmem: 4MiB}}
+paths:
+  - {name: a, rate: 5mbit, delay: 10ms}
+  - {name: b, rate: 5mbit, delay: 10ms}
+`
+
+// Each way of capping takes effect on this kernel, at low rates (the
+// kernel matrix runs this where nothing can be measured; the rates
+// themselves are TestLimitCapsASubflow's): the limit policy's cap on
+// path b is applied, and what enforces it says it acted on the subflow:
+// the rate program set the pacing rate (pacing) or switched the
+// congestion control (cc), the rwnd chain rewrote the peer's windows.
+func TestLimitAppliesEachWayOfCapping(t *testing.T) {
+	for _, via := range []string{"pacing", "rwnd", "cc"} {
+		t.Run(via, func(t *testing.T) {
+			if via == "cc" {
+				testutil.RequireFeature(t, kernelfeat.StructOpsCC) // before 6.4 the daemon refuses it
+			}
+			w := labtest.World(t, slowRatePaths, "mptcp")
+			d := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, fmt.Sprintf("rate_via: %s\npolicies: [{name: limit, rates: {b: 1mbit}}]\n", via))
+			b := w.Path("b").Client.Addr.String() + ":"
+			stop := uploadUntilStopped(t, w)
+			testutil.Eventually(t, timescale.Scaled(15*time.Second), func() error {
+				st, err := d.Client.Status()
+				if err != nil {
+					return err
+				}
+				applied := 0
+				for _, a := range st.Actions {
+					if a.Kind == "limit" && a.Result == "applied" && strings.HasPrefix(a.Target, b) {
+						applied++
+					}
+				}
+				if applied == 0 {
+					return fmt.Errorf("no cap applied on path b: actions %v", st.Actions)
+				}
+				switch via {
+				case "pacing":
+					if st.RateProgram["rate_set"] == 0 || st.RateProgram["failed"] != 0 {
+						return fmt.Errorf("rate program: %v", st.RateProgram)
+					}
+				case "cc":
+					if st.RateProgram["cc_switched"] == 0 || st.RateProgram["failed"] != 0 {
+						return fmt.Errorf("rate program: %v", st.RateProgram)
+					}
+				case "rwnd":
+					var chains []struct {
+						Act      string `json:"act"`
+						Modified uint64 `json:"modified_packets"`
+					}
+					if err := json.Unmarshal(st.Chains, &chains); err != nil {
+						return fmt.Errorf("chains %s: %v", st.Chains, err)
+					}
+					if len(chains) != 1 || !strings.HasPrefix(chains[0].Act, "clamp_rwnd(") || chains[0].Modified == 0 {
+						return fmt.Errorf("chains %s", st.Chains)
+					}
+				}
+				return nil
+			})
+			if stop() == 0 {
+				t.Fatal("nothing arrived")
+			}
+		})
 	}
 }
