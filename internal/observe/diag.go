@@ -89,13 +89,17 @@ type Conn struct {
 	Subflows      uint8 // extra subflows (besides the initial one)
 	SubflowsTotal uint8
 	Fallback      bool // fell back to plain TCP
-	BytesSent     uint64
-	BytesAcked    uint64
-	BytesRecv     uint64
-	BytesRetrans  uint64
-	Retransmits   uint32
-	State         uint8
-	CgroupID      uint64 // the MPTCP socket's cgroup v2 id (see Subflow.CgroupID)
+	// Counters: the kernel gave the byte and retransmission counters
+	// below (Linux 6.5 on; before, only the token, flags and subflow
+	// counts).
+	Counters     bool
+	BytesSent    uint64
+	BytesAcked   uint64
+	BytesRecv    uint64
+	BytesRetrans uint64
+	Retransmits  uint32
+	State        uint8
+	CgroupID     uint64 // the MPTCP socket's cgroup v2 id (see Subflow.CgroupID)
 }
 
 // MPTCP subflow flags (MPTCP_SUBFLOW_FLAG_*).
@@ -490,6 +494,7 @@ func parseConn(b []byte) (Conn, bool) {
 		c.Fallback = binary.NativeEndian.Uint32(mi[miFlags:])&miFallback != 0
 		c.Token = binary.NativeEndian.Uint32(mi[miToken:])
 		if len(mi) >= miBytesAcked+8 { // Linux 6.5 on
+			c.Counters = true
 			c.Retransmits = binary.NativeEndian.Uint32(mi[miRetransmits:])
 			c.BytesRetrans = binary.NativeEndian.Uint64(mi[miBytesRetrans:])
 			c.BytesSent = binary.NativeEndian.Uint64(mi[miBytesSent:])

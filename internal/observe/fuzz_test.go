@@ -61,7 +61,7 @@ func TestParseConnOfEveryKernel(t *testing.T) {
 		cg := make([]byte, 8)
 		binary.NativeEndian.PutUint64(cg, 4242)
 		c, ok := parseConn(diagMsg(unix.AF_INET, 1, attr(inetDiagInfo, mi), attr(inetDiagCgroupID, cg)))
-		if !ok || c.Token != 0x7156baa8 || c.Subflows != 2 || c.CgroupID != 4242 || c.Local.Port() != 40000 {
+		if !ok || c.Token != 0x7156baa8 || c.Subflows != 2 || c.CgroupID != 4242 || c.Local.Port() != 40000 || c.Counters != (size == 96) {
 			t.Errorf("%d-byte mptcp_info: %+v (ok %v)", size, c, ok)
 		}
 	}
