@@ -144,6 +144,16 @@ func TestLimitAppliesEachWayOfCapping(t *testing.T) {
 			w := labtest.World(t, slowRatePaths, "mptcp")
 			d := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, fmt.Sprintf("rate_via: %s\npolicies: [{name: limit, rates: {b: 1mbit}}]\n", via))
 			b := w.Path("b").Client.Addr.String() + ":"
+			if via != "rwnd" {
+				// The rate program sees only the subflows established
+				// after it is attached: the upload starts once it is.
+				testutil.Eventually(t, timescale.Scaled(5*time.Second), func() error {
+					if st, err := d.Client.Status(); err != nil || st.RateProgram == nil {
+						return fmt.Errorf("no rate program yet (%v)", err)
+					}
+					return nil
+				})
+			}
 			stop := uploadUntilStopped(t, w)
 			testutil.Eventually(t, timescale.Scaled(15*time.Second), func() error {
 				st, err := d.Client.Status()

@@ -393,7 +393,7 @@ static __always_inline void count_data(struct bpf_sock_ops *skops, struct hl_con
 	s->last = now;
 }
 
-// entry_of says what the receiver has to report about one path: its
+// hl_entry_of says what the receiver has to report about one path: its
 // entry packed as peer id, own id, loss and last hop (a byte each, from
 // the lowest), with bit 32 set; 0 when nothing is known of it. A global
 // function: the verifier checks its branches once, not once for each path
