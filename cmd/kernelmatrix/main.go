@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"mpsteer/internal/kernelmatrix"
+	"mpsteer/internal/provenance"
 )
 
 func main() {
@@ -23,7 +24,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: kernelmatrix collect -in DIR -matrix NAME -where vm|host -wall SECONDS -out DIR | doc -in DIR -out FILE")
+		return fmt.Errorf("usage: kernelmatrix collect -in DIR -matrix NAME -where vm|host -wall SECONDS -start RFC3339 -command CMD -out DIR | doc -in DIR -out FILE")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	in := fs.String("in", "", "input directory")
@@ -31,6 +32,8 @@ func run(args []string) error {
 	matrix := fs.String("matrix", "", "the kernel's name in the matrix")
 	where := fs.String("where", "vm", "vm or host")
 	wall := fs.Float64("wall", 0, "the run's wall time in seconds")
+	start := fs.String("start", "", "when the kernel's run started (RFC 3339, UTC; default now)")
+	command := fs.String("command", "scripts/kernels/run.sh", "the command that ran the matrix")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -41,6 +44,18 @@ func run(args []string) error {
 			return err
 		}
 		r.WallSeconds = *wall
+		// Where the results come from: this build's commit, the command
+		// that ran the matrix, the kernel the tests ran on (the guest's,
+		// not this host's), the run's start and end, this machine.
+		r.Provenance = provenance.Collect("", nil)
+		r.Provenance.Command, r.Provenance.Kernel = *command, r.Kernel
+		r.Provenance.Finished = provenance.Now()
+		if *start != "" {
+			r.Provenance.Date = *start
+		}
+		if msg := r.Provenance.Check(); msg != "" {
+			return fmt.Errorf("%s: %s", r.Kernel, msg)
+		}
 		b, err := json.MarshalIndent(r, "", "  ")
 		if err != nil {
 			return err

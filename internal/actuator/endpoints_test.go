@@ -2,14 +2,18 @@ package actuator
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"mpsteer/internal/api"
 	"mpsteer/internal/crashstate"
+	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
@@ -287,5 +291,26 @@ func TestRefusedFlagWaitsItsBackoff(t *testing.T) {
 	}
 	if tries != 2 { // at 0 and 1 s
 		t.Fatalf("%d tries in 2 s, want 2 (a backoff of 1 s)", tries)
+	}
+}
+
+// Linux 6.1 refuses a subflow's own flag under the kernel path manager
+// with EINVAL and no reason: the record says why and what to set; under
+// the userspace path manager an EINVAL stays the kernel's.
+func TestSubflowFlagUnderTheKernelPathManagerSaysWhy(t *testing.T) {
+	for _, mode := range []string{observe.KernelPM, observe.UserspacePM} {
+		k := newFakePM()
+		k.refuse = fmt.Errorf("mptcp_pm set-flags: %w", unix.EINVAL)
+		a := NewSubflowFlags(k, &Gate{}).(*subflowFlags)
+		a.pathManager = func() string { return mode }
+		sf := est(1, addrB, 40001)
+		recs := a.Apply(decide(true, sf), []observe.Subflow{sf}, Round{Now: time.Unix(100, 0), Refresh: true})
+		if len(recs) != 1 || recs[0].Result != string(policy.Refused) {
+			t.Fatalf("%s: %+v", mode, recs)
+		}
+		says := strings.Contains(recs[0].Error, "needs the userspace path manager") && strings.Contains(recs[0].Error, netnsutil.UserspacePMSetting())
+		if says != (mode == observe.KernelPM) || !strings.Contains(recs[0].Error, "invalid argument") {
+			t.Errorf("%s: %q", mode, recs[0].Error)
+		}
 	}
 }

@@ -6,7 +6,10 @@ import (
 	"net/netip"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"mpsteer/internal/api"
+	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
@@ -77,11 +80,26 @@ type subflowFlags struct {
 	changed map[policy.SubflowID]uint32 // subflow → token, flags changed by us
 	// reopenSaid: a Reopen was reported unsupported.
 	reopenSaid bool
+	// pathManager reads the namespace's path manager (a variable for the
+	// tests): asked when the kernel refuses a flag.
+	pathManager func() string
 }
 
 // NewSubflowFlags sets each subflow's own flag (userspace path manager).
 func NewSubflowFlags(c PM, gate *Gate) Flags {
-	return &subflowFlags{c: c, gate: gate, changed: map[policy.SubflowID]uint32{}}
+	return &subflowFlags{c: c, gate: gate, changed: map[policy.SubflowID]uint32{}, pathManager: observe.PathManager}
+}
+
+// refusal says why the kernel refused a subflow's own flag where the
+// reason is that the kernel path manager runs the namespace: Linux 6.1
+// says EINVAL and no more, later kernels "userspace PM not selected".
+// Any other refusal is the kernel's as it came.
+func (a *subflowFlags) refusal(err error) error {
+	if err == nil || !errors.Is(err, unix.EINVAL) || a.pathManager() != observe.KernelPM {
+		return err
+	}
+	return fmt.Errorf("a subflow's own backup flag needs the userspace path manager, and the kernel path manager runs this namespace: set %s here, or backup_via: endpoint (the kernel said: %w)",
+		netnsutil.UserspacePMSetting(), err)
 }
 
 func (a *subflowFlags) Mode() string                    { return "subflow" }
@@ -139,7 +157,7 @@ func (a *subflowFlags) set(token uint32, id policy.SubflowID, backup bool, who, 
 	if backup {
 		f = pm.FlagBackup
 	}
-	err := a.c.SetSubflowFlags(token, id.Local.AddrPort(), id.Remote.AddrPort(), f)
+	err := a.refusal(a.c.SetSubflowFlags(token, id.Local.AddrPort(), id.Remote.AddrPort(), f))
 	a.gate.Done(key, err, now)
 	act := backupRecord(id.String(), token, backup, err)
 	act.Policy, act.Reason = who, reason
@@ -150,7 +168,7 @@ func (a *subflowFlags) Restore() []api.ActionRecord {
 	var acts []api.ActionRecord
 	for id, tok := range a.changed {
 		var f pm.Flags
-		err := a.c.SetSubflowFlags(tok, id.Local.AddrPort(), id.Remote.AddrPort(), f)
+		err := a.refusal(a.c.SetSubflowFlags(tok, id.Local.AddrPort(), id.Remote.AddrPort(), f))
 		act := backupRecord(id.String(), tok, false, err)
 		act.Reason = "daemon exit"
 		acts = append(acts, act)

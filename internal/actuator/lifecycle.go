@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/policy"
@@ -43,7 +44,7 @@ func (a *Lifecycle) SetMode(mode string) { a.mode = mode }
 
 // unsupportedWhy explains why the kernel path manager cannot take an action.
 func unsupportedWhy(k policy.Kind) string {
-	return fmt.Sprintf("the kernel path manager runs this namespace and takes no %s commands (it opens subflows and announces addresses from its endpoints); set net.mptcp.path_manager=userspace here to let mpsteer do it", k)
+	return fmt.Sprintf("the kernel path manager runs this namespace and takes no %s commands (it opens subflows and announces addresses from its endpoints); set %s here to let mpsteer do it", k, netnsutil.UserspacePMSetting())
 }
 
 // Apply takes the actions in order. conns gives, per connection, its

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/policy"
 )
 
@@ -19,7 +20,7 @@ func TestLifecycleUnderTheKernelPathManager(t *testing.T) {
 		acts = append(acts, policy.Action{Kind: k, Token: 1, Subflow: sf, Addr: sf.Local.AddrPort(), Policy: "fullmesh"})
 	}
 	for _, o := range a.Apply(acts, nil, time.Now()) {
-		if o.Result != policy.Unsupported || !strings.Contains(o.Error, "net.mptcp.path_manager=userspace") {
+		if o.Result != policy.Unsupported || !strings.Contains(o.Error, netnsutil.UserspacePMSetting()) {
 			t.Fatalf("%s under the kernel PM: %s %q", o.Action.Kind, o.Result, o.Error)
 		}
 	}

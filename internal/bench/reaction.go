@@ -63,7 +63,7 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 		return nil, err
 	}
 	defer h.Close()
-	if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
+	if err := netnsutil.SetPathManager(h.Client, "userspace"); err != nil {
 		return nil, err
 	}
 	srv, err := pm.Dial(pm.Options{NetNSName: h.Server})

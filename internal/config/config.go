@@ -57,13 +57,18 @@ type Config struct {
 	// policy: a reload keeps a running policy (and its state) whose entry
 	// did not change.
 	PolicyKeys []string
-	Chains     []ChainEntry
+	// PolicyWhere says where each policy was declared (file:line: key, as
+	// "c.yaml:4: policies[1] (fullmesh)"), for what only the host finds
+	// wrong with it (the kernel's features).
+	PolicyWhere []string
+	Chains      []ChainEntry
 	// Endpoints says which endpoints of the kernel path manager the
 	// daemon may change (endpoints.go).
 	Endpoints Endpoints
 	// ReportHealth: this host reports its paths' health to its peers; nil
-	// when it does not.
-	ReportHealth *ReportHealth
+	// when it does not. ReportHealthWhere is file:line: report_health.
+	ReportHealth      *ReportHealth
+	ReportHealthWhere string
 	// Mptcpize lists cgroups (v2 paths from the hierarchy's root) whose
 	// applications' TCP sockets the kernel makes MPTCP.
 	Mptcpize []string
@@ -122,6 +127,9 @@ func parseMap(m *yamlcfg.Map, env policy.Env) *Config {
 	}
 	cfg.Endpoints = parseEndpoints(m)
 	cfg.ReportHealth = parseReportHealth(m)
+	if cfg.ReportHealth != nil {
+		cfg.ReportHealthWhere = m.Where("report_health")
+	}
 	seen := map[string]bool{}
 	cfg.addATSSS(m, env, seen) // atsss.go: the ATSSS rules, as the first policy
 	cfg.addMode(m, env, seen)  // presets.go: the mode section, as policies
@@ -141,7 +149,7 @@ func parseMap(m *yamlcfg.Map, env policy.Env) *Config {
 			}
 		}
 		p := policy.Build(it.Map, env)
-		if p == nil || !checkCoupled(it.Map, "name", p) {
+		if p == nil {
 			continue
 		}
 		if cgroup != "" {
@@ -155,8 +163,7 @@ func parseMap(m *yamlcfg.Map, env policy.Env) *Config {
 			it.Map.Errorf("name", "policy %q is listed twice (the same policy may be listed once per cgroup: give each entry its own cgroup)", p.Name())
 		}
 		seen[p.Name()] = true
-		cfg.Policies = append(cfg.Policies, p)
-		cfg.PolicyKeys = append(cfg.PolicyKeys, it.Map.Canonical())
+		cfg.addPolicy(p, it.Map.Canonical(), fmt.Sprintf("%s (%s)", it.Map.Where(""), p.Name()))
 	}
 	for i, it := range m.List("chains") {
 		if it.Map == nil {
@@ -168,6 +175,14 @@ func parseMap(m *yamlcfg.Map, env policy.Env) *Config {
 	}
 	m.Done()
 	return cfg
+}
+
+// addPolicy adds a policy with its canonical entry and where it was
+// declared.
+func (cfg *Config) addPolicy(p policy.Policy, key, where string) {
+	cfg.Policies = append(cfg.Policies, p)
+	cfg.PolicyKeys = append(cfg.PolicyKeys, key)
+	cfg.PolicyWhere = append(cfg.PolicyWhere, where)
 }
 
 // parseMptcpize reads the cgroups whose applications get MPTCP.

@@ -1,7 +1,6 @@
 package config_test
 
 import (
-	"errors"
 	"slices"
 	"testing"
 
@@ -14,7 +13,6 @@ import (
 // top-level key: bad input names the file, line and key and what is
 // valid.
 func TestCoupledConfig(t *testing.T) {
-	defer config.StubCoupledSupport(nil)()
 	checkConfigs(t, policy.Env{}, map[string]string{
 		"policies: [{name: coupled, algorithm: cubic}]":               `c.yaml:1: policies[0].algorithm: "cubic" is not valid (valid: lia, balia)`,
 		"policies: [{name: coupled}]":                                 `c.yaml:1: policies[0].algorithm: name the coupled congestion control (valid: lia, balia)`,
@@ -33,16 +31,6 @@ func TestCoupledConfig(t *testing.T) {
 	if !slices.Contains(cfg.PolicyKeys, "coupled: balia") {
 		t.Errorf("policy keys %q", cfg.PolicyKeys)
 	}
-}
-
-// A kernel that cannot run them refuses the config, at the entry.
-func TestCoupledRefusedWithoutStructOps(t *testing.T) {
-	defer config.StubCoupledSupport(errors.New("the kernel does not load tcp_congestion_ops as BPF struct_ops"))()
-	checkConfigs(t, policy.Env{}, map[string]string{
-		"policies:\n  - {name: coupled, algorithm: lia}": `c.yaml:2: policies[0].name: coupled congestion control cannot run on this kernel: the kernel does not load tcp_congestion_ops as BPF struct_ops`,
-		"interval: 1s\ncoupled: lia":                     `c.yaml:2: coupled: coupled congestion control cannot run on this kernel`,
-		"policies: [{name: prefer, paths: [wlan0]}]":     "",
-	}, nil)
 }
 
 // The policy offers what the BPF package has.

@@ -99,8 +99,7 @@ func (cfg *Config) addMode(m *yamlcfg.Map, env policy.Env, seen map[string]bool)
 			continue
 		}
 		seen[p.Name()] = true
-		cfg.Policies = append(cfg.Policies, p)
-		cfg.PolicyKeys = append(cfg.PolicyKeys, "mode: "+it.Map.Canonical())
+		cfg.addPolicy(p, "mode: "+it.Map.Canonical(), fmt.Sprintf("%s (%s)", m.Where("mode"), p.Name()))
 	}
 	gen.Done()
 	if err := gen.Err(); err != nil {
@@ -334,7 +333,7 @@ func expandMode(root, mm *yamlcfg.Map, env policy.Env) []string {
 			}
 			return "allow"
 		}
-		checkKernelEndpoints(mm, known, usable, off, len(allow) > 0, keyFor)
+		checkKernelEndpoints(mm, known, usable, off, len(allow) > 0, keyFor, env)
 	}
 	return out
 }
@@ -342,7 +341,7 @@ func expandMode(root, mm *yamlcfg.Map, env policy.Env) []string {
 // checkKernelEndpoints refuses, under the kernel path manager, an
 // endpoint that would open subflows (or have them opened, signal) on an
 // interface that may carry none.
-func checkKernelEndpoints(mm *yamlcfg.Map, known map[string][]netip.Addr, usable func(string) bool, off []string, hasAllow bool, keyFor func(string) string) {
+func checkKernelEndpoints(mm *yamlcfg.Map, known map[string][]netip.Addr, usable func(string) bool, off []string, hasAllow bool, keyFor func(string) string, env policy.Env) {
 	if len(off) == 0 && !hasAllow {
 		return
 	}
@@ -376,8 +375,8 @@ func checkKernelEndpoints(mm *yamlcfg.Map, known map[string][]netip.Addr, usable
 		if !ok || usable(n) {
 			continue
 		}
-		mm.Errorf(keyFor(n), "%s may carry no subflow, but the kernel path manager's endpoint %d (%s, %s) opens them there: remove it (ip mptcp endpoint delete id %d) or run the userspace path manager (sysctl net.mptcp.path_manager=userspace)",
-			n, e.ID, e.Addr, e.Flags, e.ID)
+		mm.Errorf(keyFor(n), "%s may carry no subflow, but the kernel path manager's endpoint %d (%s, %s) opens them there: remove it (ip mptcp endpoint delete id %d) or run the userspace path manager (sysctl %s)",
+			n, e.ID, e.Addr, e.Flags, e.ID, env.UserspacePMSetting())
 	}
 }
 

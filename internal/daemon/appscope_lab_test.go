@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
+	"mpsteer/internal/timescale"
 )
 
 // cgroups: a cgroup v2 subtree of the test's own, removed when the test
@@ -97,7 +99,7 @@ func (c *cgroups) run(t *testing.T, name, ns string, out *bytes.Buffer, args ...
 
 // Scripts for a kernel that cannot switch applications to MPTCP: Python's
 // http.server on an MPTCP socket, and a client that fetches a file over
-// one, slowly (about 6 MB/s).
+// one, slowly (about 6 MB/s, less by the factor argv[3]).
 const (
 	mptcpServerPy = `import http.server, os, socket, sys
 os.chdir(sys.argv[2])
@@ -115,7 +117,7 @@ while True:
     if not b:
         break
     n += len(b)
-    time.sleep(0.01)
+    time.sleep(0.01 * float(sys.argv[3]))
 print(n)
 `
 )
@@ -141,7 +143,7 @@ func TestPerApplicationPolicyInTheLab(t *testing.T) {
 	}
 	unmodified := mptcpizeErr == nil
 	h := testutil.TwoHosts(t, 2)
-	if err := netnsutil.Sysctl(h.Client, "net.mptcp.path_manager", "userspace"); err != nil {
+	if err := netnsutil.SetPathManager(h.Client, "userspace"); err != nil {
 		t.Fatal(err)
 	}
 	if err := testutil.DialPM(t, h.Server).SetLimits(pm.Limits{Subflows: 4}); err != nil {
@@ -191,19 +193,23 @@ func TestPerApplicationPolicyInTheLab(t *testing.T) {
 	// The transfers, at once: app fetches a file (and, unmodified, runs
 	// iperf3 too); other runs iperf3, and in the fallback also fetches
 	// the file over MPTCP.
+	// They last about 3 s, stretched by the time scale: the test looks at
+	// their sockets while they run, later where everything runs slower.
+	scale := timescale.Scaled(time.Second).Seconds()
+	secs, rate := fmt.Sprint(int(math.Ceil(3*scale))), fmt.Sprintf("%dK", int(4096/scale))
 	var appOut, appOut2, otherOut, otherOut2 bytes.Buffer
 	var cmds []*exec.Cmd
 	url := "http://" + srvAddr + ":8080/big"
 	if unmodified {
 		cmds = append(cmds,
-			cg.run(t, "app", h.Client, &appOut, "curl", "-sS", "--limit-rate", "4M", "-o", "/dev/null", "-w", "%{size_download}", url),
-			cg.run(t, "app", h.Client, &appOut2, "iperf3", "-c", srvAddr, "-p", "5201", "-t", "3", "-b", "40M"))
+			cg.run(t, "app", h.Client, &appOut, "curl", "-sS", "--limit-rate", rate, "-o", "/dev/null", "-w", "%{size_download}", url),
+			cg.run(t, "app", h.Client, &appOut2, "iperf3", "-c", srvAddr, "-p", "5201", "-t", secs, "-b", "40M"))
 	} else {
 		cmds = append(cmds,
-			cg.run(t, "app", h.Client, &appOut, "python3", filepath.Join(dir, "client.py"), srvAddr, "8080"),
-			cg.run(t, "other", h.Client, &otherOut2, "python3", filepath.Join(dir, "client.py"), srvAddr, "8080"))
+			cg.run(t, "app", h.Client, &appOut, "python3", filepath.Join(dir, "client.py"), srvAddr, "8080", fmt.Sprint(scale)),
+			cg.run(t, "other", h.Client, &otherOut2, "python3", filepath.Join(dir, "client.py"), srvAddr, "8080", fmt.Sprint(scale)))
 	}
-	cmds = append(cmds, cg.run(t, "other", h.Client, &otherOut, "iperf3", "-c", srvAddr, "-p", "5202", "-t", "3", "-b", "40M"))
+	cmds = append(cmds, cg.run(t, "other", h.Client, &otherOut, "iperf3", "-c", srvAddr, "-p", "5202", "-t", secs, "-b", "40M"))
 
 	appID, otherID := cg.id(t, "app"), cg.id(t, "other")
 	s := sampler(t, h.Client)

@@ -150,6 +150,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if err := checkKernel(cfg); err != nil {
+		return err
+	}
 	d := &Daemon{opts: o, log: log.New(o.Log, "mpsteer: ", log.LstdFlags|log.Lmicroseconds), cfg: cfg,
 		engine: &policy.Engine{Policies: cfg.Policies}, tracker: observe.NewTracker(), pmMode: observe.PathManager(),
 		in: newInbox()}
@@ -199,8 +202,18 @@ func Run(ctx context.Context, o Options) error {
 		d.records.add(d, d.apply.flags.Restore()...)
 		return err
 	}
+	// What the policies require outside per-subflow decisions (the
+	// sockops programs: rate caps, health reports, rto_max; the coupled
+	// congestion controls) is in place before the API answers, and so
+	// before any subflow is decided on: a sockops program sees only the
+	// subflows established after it is attached, and whoever waits for
+	// the daemon to answer may open connections at once.
+	d.mu.Lock()
+	d.syncRequirements()
+	d.mu.Unlock()
 	srv, err := apiserver.Serve(o.Socket, backend{d}, d.ops.hub)
 	if err != nil {
+		d.shutdown()
 		return err
 	}
 	// The spread policy's rules and routes, once this is the namespace's
@@ -210,10 +223,7 @@ func Run(ctx context.Context, o Options) error {
 	d.mu.Unlock()
 	if err != nil {
 		srv.Close()
-		if d.dp != nil {
-			d.dp.Close()
-		}
-		d.records.add(d, d.apply.flags.Restore()...)
+		d.shutdown()
 		return err
 	}
 	d.log.Printf("running in netns %s: %d polic%s, %s path manager, backup via %s, every %v, socket %s", d.netns, len(cfg.Policies),
@@ -246,10 +256,6 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	}()
-	d.mu.Lock()
-	d.syncRequirements() // before any subflow is decided on
-	d.mu.Unlock()
-
 	d.runLoop(ctx) // until ctx ends: nothing is applied after it returns
 
 	d.ops.stopping()

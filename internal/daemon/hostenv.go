@@ -61,7 +61,8 @@ func Interfaces() map[string][]netip.Addr {
 
 // hostEnv is the policy environment of this host.
 func hostEnv() policy.Env {
-	env := policy.Env{Addrs: ifaces.addrs, Interfaces: ifaces.all, PathManager: observe.PathManager()}
+	env := policy.Env{Addrs: ifaces.addrs, Interfaces: ifaces.all, PathManager: observe.PathManager(),
+		SelectUserspace: netnsutil.UserspacePMSetting()}
 	env.SynLinearTimeouts, env.SynLinearKnown = synLinearTimeouts()
 	return env
 }

@@ -26,6 +26,8 @@ func testDaemon(t *testing.T, file, src string) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A kernel with every feature: reloads are checked against it.
+	standIn(t, kernelLike("test", nil, true))
 	d := &Daemon{log: log.New(io.Discard, "", 0), cfg: cfg, engine: &policy.Engine{Policies: cfg.Policies}, in: newInbox()}
 	d.records.init()
 	d.ops = newOps(d, Options{MetricsSubflows: -1})

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"mpsteer/internal/api"
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/labtest"
 	labworld "mpsteer/internal/lab/world"
 	"mpsteer/internal/testutil"
@@ -162,4 +164,84 @@ func capApplied(status func() (*api.Status, error), a netip.Addr, rate string) e
 		}
 	}
 	return fmt.Errorf("no applied limit action of %s on the subflow from %v among the recent actions: %+v", rate, a, st.Actions)
+}
+
+// Two emulated paths at low rates, for the kernel matrix's emulated
+// guests: 5 Mbit/s and 10 ms one way each.
+const slowRatePaths = `
+hosts: {client: {rmem: 4MiB, wmem: 4MiB}, server: {rmem: 4MiB, wmem: 4MiB}}
+paths:
+  - {name: a, rate: 5mbit, delay: 10ms}
+  - {name: b, rate: 5mbit, delay: 10ms}
+`
+
+// Each way of capping takes effect on this kernel, at low rates (the
+// kernel matrix runs this where nothing can be measured; the rates
+// themselves are TestLimitCapsASubflow's): the limit policy's cap on
+// path b is applied, and what enforces it says it acted on the subflow:
+// the rate program set the pacing rate (pacing) or switched the
+// congestion control (cc), the rwnd chain rewrote the peer's windows.
+func TestLimitAppliesEachWayOfCapping(t *testing.T) {
+	for _, via := range []string{"pacing", "rwnd", "cc"} {
+		t.Run(via, func(t *testing.T) {
+			if via == "cc" {
+				testutil.RequireFeature(t, kernelfeat.StructOpsCC) // before 6.4 the daemon refuses it
+			}
+			w := labtest.World(t, slowRatePaths, "mptcp")
+			d := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, fmt.Sprintf("rate_via: %s\npolicies: [{name: limit, rates: {b: 1mbit}}]\n", via))
+			b := w.Path("b").Client.Addr.String() + ":"
+			if via != "rwnd" {
+				// The rate program sees only the subflows established
+				// after it is attached: the upload starts once it is.
+				testutil.Eventually(t, 5*time.Second, func() error {
+					if st, err := d.Client.Status(); err != nil || st.RateProgram == nil {
+						return fmt.Errorf("no rate program yet (%v)", err)
+					}
+					return nil
+				})
+			}
+			u := startUpload(t, w)
+			testutil.Eventually(t, 15*time.Second, func() error {
+				st, err := d.Client.Status()
+				if err != nil {
+					return err
+				}
+				applied := 0
+				for _, a := range st.Actions {
+					if a.Kind == "limit" && a.Result == "applied" && strings.HasPrefix(a.Target, b) {
+						applied++
+					}
+				}
+				if applied == 0 {
+					return fmt.Errorf("no cap applied on path b: actions %v", st.Actions)
+				}
+				switch via {
+				case "pacing":
+					if st.RateProgram["rate_set"] == 0 || st.RateProgram["failed"] != 0 {
+						return fmt.Errorf("rate program: %v", st.RateProgram)
+					}
+				case "cc":
+					if st.RateProgram["cc_switched"] == 0 || st.RateProgram["failed"] != 0 {
+						return fmt.Errorf("rate program: %v", st.RateProgram)
+					}
+				case "rwnd":
+					var chains []struct {
+						Act      string `json:"act"`
+						Modified uint64 `json:"modified_packets"`
+					}
+					if err := json.Unmarshal(st.Chains, &chains); err != nil {
+						return fmt.Errorf("chains %s: %v", st.Chains, err)
+					}
+					if len(chains) != 1 || !strings.HasPrefix(chains[0].Act, "clamp_rwnd(") || chains[0].Modified == 0 {
+						return fmt.Errorf("chains %s", st.Chains)
+					}
+				}
+				return nil
+			})
+			u.stop()
+			if u.received() == 0 {
+				t.Fatal("nothing arrived")
+			}
+		})
+	}
 }

@@ -29,6 +29,9 @@ func (d *Daemon) reload(file string, data []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := checkKernel(cfg); err != nil {
+		return "", err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.loop.stopped {

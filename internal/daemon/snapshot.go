@@ -18,6 +18,9 @@ import (
 func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32]observe.Conn, buf *[]observe.Subflow) *policy.Snapshot {
 	by := map[uint32]*policy.Conn{}
 	var order []uint32
+	// Connections whose kernel gave no connection-level byte counters
+	// (before 6.5): their subflows' are summed instead.
+	var summed []*policy.Conn
 	get := func(tok uint32) *policy.Conn {
 		c := by[tok]
 		if c == nil {
@@ -26,7 +29,11 @@ func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32
 				if !dc.Remote.Addr().IsUnspecified() { // 0.0.0.0:0 while connecting: unknown
 					c.Local, c.Remote = dc.Local, dc.Remote
 				}
-				c.BytesAcked, c.BytesSent, c.BytesRecv = dc.BytesAcked, dc.BytesSent, dc.BytesRecv
+				if dc.Counters {
+					c.BytesAcked, c.BytesSent, c.BytesRecv = dc.BytesAcked, dc.BytesSent, dc.BytesRecv
+				} else {
+					summed = append(summed, c)
+				}
 			}
 			if ev, ok := d.tracker.Conn(tok); ok {
 				if !c.Local.IsValid() {
@@ -82,6 +89,17 @@ func (d *Daemon) snapshot(now time.Time, sfs []observe.Subflow, conns map[uint32
 			c := get(sf.Token)
 			c.Pending = append(c.Pending, sf)
 		}
+	}
+	// Before 6.5: what the subflows sent, had acknowledged and received
+	// (retransmissions and reinjections counted too; a connection's
+	// counters would not count them).
+	for _, c := range summed {
+		for _, sf := range c.Subflows {
+			c.BytesAcked += sf.BytesAcked
+			c.BytesSent += sf.BytesSent
+			c.BytesRecv += sf.BytesRecv
+		}
+		c.Established = c.Established || c.BytesAcked > 0 || c.BytesRecv > 0
 	}
 	// Connections the events know of but no sample shows yet (just
 	// established).

@@ -46,3 +46,29 @@ func TestSnapshotGroupsSubflows(t *testing.T) {
 		t.Fatalf("after an append to connection 1's subflows, connection 2's are %s", got)
 	}
 }
+
+// Where the kernel gives no connection-level byte counters (before 6.5),
+// a connection's are its subflows' summed; where it does, they are the
+// kernel's.
+func TestSnapshotBytesWithoutTheConnectionsCounters(t *testing.T) {
+	d := &Daemon{tracker: observe.NewTracker(), engine: &policy.Engine{}, scope: newAppScope()}
+	sf := func(tok uint32, port uint16) observe.Subflow {
+		return observe.Subflow{Token: tok, State: observe.TCPEstablished, MPTCP: true, BytesSent: 1000, BytesAcked: 900, BytesRecv: 10,
+			Local: netip.AddrPortFrom(netip.MustParseAddr("10.1.0.1"), port), Remote: netip.MustParseAddrPort("10.1.0.2:5201")}
+	}
+	conns := map[uint32]observe.Conn{
+		1: {Token: 1},
+		2: {Token: 2, Counters: true, BytesSent: 5, BytesAcked: 4, BytesRecv: 3},
+	}
+	s := d.snapshot(time.Now(), []observe.Subflow{sf(1, 1), sf(1, 2), sf(2, 3)}, conns, nil)
+	got := map[uint32][3]uint64{}
+	for _, c := range s.Conns {
+		got[c.Token] = [3]uint64{c.BytesSent, c.BytesAcked, c.BytesRecv}
+		if !c.Established {
+			t.Errorf("connection %d with data acknowledged is not established", c.Token)
+		}
+	}
+	if want := map[uint32][3]uint64{1: {2000, 1800, 20}, 2: {5, 4, 3}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("bytes (sent, acked, received) %v, want %v", got, want)
+	}
+}

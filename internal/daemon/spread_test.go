@@ -18,6 +18,7 @@ import (
 
 	"mpsteer/internal/api"
 	"mpsteer/internal/datapath/spread"
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/traffic"
 	labworld "mpsteer/internal/lab/world"
 	"mpsteer/internal/netnsutil"
@@ -142,6 +143,9 @@ func spreadUplinks(t *testing.T, d *testutil.Daemon) []spread.UplinkStats {
 // hypervisors, each leaves by its own uplink, and the replies (ACKs) come
 // back on the link their subflow went out on.
 func TestSpreadSendsEachSubflowOutOfItsOwnUplink(t *testing.T) {
+	// spread's program attaches through TCX alone (the daemon refuses it
+	// on an older kernel: its kernel check).
+	testutil.RequireFeature(t, kernelfeat.TCX)
 	w := labtest.World(t, tenantsWorld, "mptcp")
 	n, up, _ := vmUpload(t, w, 1500*time.Millisecond)
 	t.Logf("without spread: %d subflows, hv1→hv2 bytes %v", n, up)

@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/traffic"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/testutil"
@@ -28,6 +29,9 @@ var attachModes = []AttachMode{AttachTCX, AttachClsact}
 func newManagerAttaching(t *testing.T, mode AttachMode) *Manager {
 	t.Helper()
 	testutil.RequireRoot(t, "loading BPF programs")
+	if mode == AttachTCX {
+		testutil.RequireFeature(t, kernelfeat.TCX) // before 6.6 the clsact case is the kernel's
+	}
 	m, err := NewManagerWith(Options{Attach: mode})
 	if err != nil {
 		t.Fatal(err)

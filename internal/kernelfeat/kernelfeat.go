@@ -40,6 +40,7 @@ const (
 	UpdateSocketProto Name = "update-socket-protocol"
 	BPFTrampolines    Name = "bpf-trampolines"
 	KfuncRdonlyCast   Name = "kfunc-rdonly-cast"
+	CoupledCC         Name = "coupled-cc"
 )
 
 // Info is what is known of a feature without probing: what it is for,
@@ -67,16 +68,21 @@ var Catalogue = []Info{
 		What: "net.mptcp.path_manager (\"kernel\" or \"userspace\") to choose the path manager"},
 	{Name: UserspacePM, Since: "5.19", What: "the userspace path manager's commands (announce, remove, subflow-create, subflow-destroy): subflows opened and closed by mpsteer"},
 	{Name: ListenerEvents, Since: "6.2", What: "listener_created and listener_closed path-manager events"},
-	// TCX gets Fallback: Clsact when internal/datapath attaches chains on
-	// clsact where TCX is missing; until then a kernel without TCX runs no
-	// chains, spread or pinned lab spread.
-	{Name: TCX, Since: "6.6", What: "TCX links for the datapath chains and the spread program (several programs in order on one hook)"},
+	// internal/datapath attaches chains on clsact where TCX is missing;
+	// the spread policy and the lab's pinned spread attach through TCX
+	// alone, and ask for it with RequireExactly.
+	{Name: TCX, Since: "6.6", Fallback: Clsact,
+		What: "TCX links for the datapath chains and the spread program (several programs in order on one hook; the spread program needs TCX itself)"},
 	{Name: Clsact, Since: "4.5", What: "the clsact qdisc with a direct-action BPF filter (the older way to attach a TC program)"},
-	{Name: KfuncRdonlyCast, Since: "6.2", What: "the bpf_rdonly_cast kfunc, with which the datapath chains' programs read a subflow's MPTCP context"},
+	{Name: KfuncRdonlyCast, Since: "6.2", Fallback: "probe-read-kernel",
+		What: "the bpf_rdonly_cast kfunc, with which the datapath chains' programs read a subflow's MPTCP context"},
 	{Name: SockopsHeaderOpts, Since: "5.10", What: "TCP header options written by sockops programs (the health option)"},
 	{Name: SockopsPacingRate, Since: "4.13", What: "SO_MAX_PACING_RATE set from a sockops program (rate caps)"},
-	{Name: SockopsRTOMax, Since: "6.15", What: "TCP_RTO_MAX_MS set from a sockops program (rto_max)"},
-	{Name: StructOpsCC, Since: "6.4", What: "a congestion control registered as a BPF struct_ops link (cap_via: congestion_control)"},
+	{Name: SockopsRTOMax, Since: "6.15", What: "TCP_RTO_MAX_MS set from a sockops program (prefer's rto_max)",
+		Alternatives: "prefer without rto_max: the kernel's own retransmission timeout stays (prefer's default cap of 1s is then not applied)"},
+	{Name: StructOpsCC, Since: "6.4", What: "a congestion control registered as a BPF struct_ops link (rate_via: cc)",
+		Alternatives: "rate_via: pacing (the default) or rate_via: rwnd"},
+	{Name: CoupledCC, Since: "6.4", What: "the coupled congestion controls of policy coupled (LIA, BALIA): struct_ops links whose subflows find their connection through MPTCP's subflow context, with the kfuncs of 6.2"},
 	{Name: BPFTrampolines, Since: "5.5", What: "BPF trampolines (fentry, fexit, fmod_ret), which need the kernel's function tracer"},
 	{Name: UpdateSocketProto, Since: "6.6", What: "the update_socket_protocol hook (fmod_ret), which switches unmodified applications to MPTCP (mptcpize)",
 		Alternatives: "systemd 257 or later: SocketProtocol=mptcp in a socket unit (its listening sockets); Go programs: GODEBUG=multipathtcp=1 (Go 1.21 on; dialers and listeners; Go 1.24 makes listeners MPTCP by default); any dynamically linked program: an LD_PRELOAD wrapper such as mptcpd's `mptcpize run CMD` (not static binaries such as Go's)"},
@@ -176,8 +182,9 @@ func RequireExactly(r *Report, n Name, configKey string) error {
 }
 
 var (
-	once   sync.Once
-	cached *Report
+	mu     sync.Mutex
+	probed = map[Name]Feature{} // as its own probe found it, before fallbacks
+	whole  *Report
 )
 
 // Probe returns the running kernel's report, probing each feature once per
@@ -187,8 +194,25 @@ var (
 // namespace, or, without CAP_SYS_ADMIN to make one (the daemon's unit),
 // in the process's own, where they leave nothing behind.
 func Probe() *Report {
-	once.Do(func() { cached = probeAll() })
-	return cached
+	mu.Lock()
+	defer mu.Unlock()
+	if whole == nil {
+		whole = probeLocked(nil)
+	}
+	return whole
+}
+
+// ProbeFeatures is Probe for the named features alone (and the features
+// that are their fallbacks): a report of those, each probed once per
+// process. The daemon asks for what its config uses, so that a config
+// that uses nothing special costs no probe.
+func ProbeFeatures(names ...Name) *Report {
+	mu.Lock()
+	defer mu.Unlock()
+	if len(names) == 0 {
+		return &Report{Kernel: KernelRelease()}
+	}
+	return probeLocked(names)
 }
 
 // KernelRelease is uname -r.
@@ -200,36 +224,45 @@ func KernelRelease() string {
 	return unix.ByteSliceToString(u.Release[:])
 }
 
-func probeAll() *Report {
-	r := &Report{Kernel: KernelRelease()}
-	env, err := newProbeEnv()
-	if env != nil {
-		defer env.close()
+// probeLocked probes what is not probed yet of the named features (nil:
+// all) and their fallbacks, and returns their report (under mu).
+func probeLocked(names []Name) *Report {
+	want := map[Name]bool{}
+	for _, n := range names {
+		want[n] = true
+		if info, ok := InfoOf(n); ok && info.Fallback != "" {
+			if _, isFeature := InfoOf(info.Fallback); isFeature {
+				want[info.Fallback] = true
+			}
+		}
 	}
+	wanted := func(n Name) bool { return names == nil || want[n] }
+	var todo []Info
+	envNeeded := false
 	for _, info := range Catalogue {
-		f := Feature{Name: info.Name, Since: info.Since, Alternatives: info.Alternatives}
-		p := probes[info.Name]
-		var perr error
-		if err != nil && needsEnv[info.Name] {
-			perr = fmt.Errorf("not probed: %v", needsPrivilege(err))
-		} else {
-			perr = p(env)
+		if _, done := probed[info.Name]; wanted(info.Name) && !done {
+			todo = append(todo, info)
+			envNeeded = envNeeded || needsEnv[info.Name]
 		}
-		if perr != nil && os.Geteuid() != 0 && (errors.Is(perr, unix.EPERM) || strings.Contains(perr.Error(), "operation not permitted")) {
-			perr = fmt.Errorf("%v (not root: run it as root, or with CAP_NET_ADMIN and CAP_BPF)", perr)
+	}
+	if len(todo) > 0 {
+		var env *probeEnv
+		var err error
+		if envNeeded {
+			env, err = newProbeEnv()
+			if env != nil {
+				defer env.close()
+			}
 		}
-		f.Available = perr == nil
-		if perr != nil {
-			f.Reason = perr.Error()
-		} else {
-			f.Reason = "ok"
+		for _, info := range todo {
+			probed[info.Name] = probeOne(info, env, err)
 		}
-		if !f.Available {
-			f.Alternatives = info.Alternatives
-		} else {
-			f.Alternatives = ""
+	}
+	r := &Report{Kernel: KernelRelease()}
+	for _, info := range Catalogue {
+		if wanted(info.Name) {
+			r.Features = append(r.Features, probed[info.Name])
 		}
-		r.Features = append(r.Features, f)
 	}
 	// Fallbacks, once their own probes ran.
 	for i, f := range r.Features {
@@ -249,6 +282,32 @@ func probeAll() *Report {
 		}
 	}
 	return r
+}
+
+// probeOne probes one feature; envErr is why there is no environment for
+// the probes that need one.
+func probeOne(info Info, env *probeEnv, envErr error) Feature {
+	f := Feature{Name: info.Name, Since: info.Since, Alternatives: info.Alternatives}
+	var perr error
+	switch {
+	case needsEnv[info.Name] && envErr != nil:
+		perr = fmt.Errorf("not probed: %v", needsPrivilege(envErr))
+	case needsEnv[info.Name] && env == nil:
+		perr = errors.New("not probed: no environment to probe in")
+	default:
+		perr = probes[info.Name](env)
+	}
+	if perr != nil && os.Geteuid() != 0 && (errors.Is(perr, unix.EPERM) || strings.Contains(perr.Error(), "operation not permitted")) {
+		perr = fmt.Errorf("%v (not root: run it as root, or with CAP_NET_ADMIN and CAP_BPF)", perr)
+	}
+	f.Available = perr == nil
+	if perr != nil {
+		f.Reason = perr.Error()
+	} else {
+		f.Reason = "ok"
+		f.Alternatives = ""
+	}
+	return f
 }
 
 // Table renders the report as text: one line per feature.

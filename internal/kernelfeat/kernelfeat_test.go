@@ -144,3 +144,27 @@ func TestDoctorJSON(t *testing.T) {
 		}
 	}
 }
+
+// ProbeFeatures reports the features asked for and their fallbacks, as
+// the whole probe finds them.
+func TestProbeFeaturesReportsWhatItWasAskedFor(t *testing.T) {
+	testutil.RequireRoot(t, "probing BPF and netlink features")
+	if r := kernelfeat.ProbeFeatures(); len(r.Features) != 0 || r.Kernel != kernelfeat.KernelRelease() {
+		t.Fatalf("no features asked for: %+v", r)
+	}
+	r := kernelfeat.ProbeFeatures(kernelfeat.TCX, kernelfeat.BTF)
+	var names []kernelfeat.Name
+	for _, f := range r.Features {
+		names = append(names, f.Name)
+	}
+	// In the catalogue's order; clsact is TCX's fallback.
+	if fmt.Sprint(names) != fmt.Sprint([]kernelfeat.Name{kernelfeat.BTF, kernelfeat.TCX, kernelfeat.Clsact}) {
+		t.Fatalf("features %v", names)
+	}
+	all := kernelfeat.Probe()
+	for _, f := range r.Features {
+		if g := all.Get(f.Name); g != f {
+			t.Errorf("%s: %+v alone, %+v in the whole probe", f.Name, f, g)
+		}
+	}
+}

@@ -108,6 +108,7 @@ var probes = map[Name]func(*probeEnv) error{
 	BPFTrampolines:    probeTrampolines,
 	KfuncRdonlyCast:   probeRdonlyCast,
 	UpdateSocketProto: func(*probeEnv) error { return mptcpize.Supported() },
+	CoupledCC:         probeCoupled,
 }
 
 // fallbackProbes are mechanisms that are no feature of their own in the
@@ -118,6 +119,14 @@ var fallbackProbes = map[Name]func(*Report) (bool, string){
 			return false, err.Error()
 		}
 		return true, "net.mptcp.pm_type (0 kernel, 1 userspace; Linux 5.19) is used instead"
+	},
+	// The datapath's entries without the kfuncs of 6.2 read the subflow's
+	// context with bpf_probe_read_kernel instead.
+	"probe-read-kernel": func(*Report) (bool, string) {
+		if err := features.HaveProgramHelper(ebpf.SchedCLS, asm.FnProbeReadKernel); err != nil {
+			return false, fmt.Sprintf("tc programs cannot call bpf_probe_read_kernel either: %v", needsPrivilege(err))
+		}
+		return true, "the chains are built from their entries that read it with bpf_probe_read_kernel (Linux 5.5)"
 	},
 }
 

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"mpsteer/internal/kernelfeat"
+	"mpsteer/internal/provenance"
 )
 
 // Outcomes of a test.
@@ -49,6 +50,10 @@ type Result struct {
 	Features []kernelfeat.Feature `json:"features"`
 	// WallSeconds is the whole run's time, the boot included.
 	WallSeconds float64 `json:"wall_seconds"`
+	// Provenance: the commit the tests were built from, the command that
+	// ran the matrix, the kernel they ran on (Kernel), when the kernel's
+	// run started and ended, and the machine that ran it.
+	Provenance provenance.Provenance `json:"provenance"`
 }
 
 // Counts returns how many tests passed, failed and were skipped.
@@ -81,7 +86,8 @@ type event struct {
 }
 
 // ParseStream reads one package's go test JSON stream (test2json) and
-// returns its top-level tests. A package whose binary died (a panic, a
+// returns its top-level tests, in the package the stream names (pkg until
+// it names one: a file's name cannot say whether an _ was a /). A package whose binary died (a panic, a
 // time-out, a missing binary) before its tests ended gets a failed test
 // named "(package)" saying so, and every test it had started and not
 // finished fails with the same reason.
@@ -100,6 +106,9 @@ func ParseStream(r io.Reader, pkg string) ([]Test, error) {
 			// Not JSON: what the binary printed outside the stream.
 			pkgOut = append(pkgOut, string(line))
 			continue
+		}
+		if e.Package != "" {
+			pkg = e.Package
 		}
 		top, _, sub := strings.Cut(e.Test, "/")
 		switch {
@@ -209,7 +218,9 @@ func lastWords(lines []string, n int) string {
 }
 
 // Collect reads a run's directory (one PKG.json per package, with / in
-// the package's path as _, and doctor.json) into a Result.
+// the package's path as _, and doctor.json) into a Result. The package is
+// the one the stream names; the file's name stands in for a stream that
+// names none.
 func Collect(dir, matrix, where string) (*Result, error) {
 	r := &Result{Matrix: matrix, Where: where}
 	if b, err := os.ReadFile(filepath.Join(dir, "doctor.json")); err == nil {

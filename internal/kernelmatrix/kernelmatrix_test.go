@@ -56,6 +56,23 @@ func TestParseStreamOfABinaryThatDidNotRun(t *testing.T) {
 	}
 }
 
+// The package is the one the stream names: a file's name (with / as _)
+// cannot say whether an _ was a /.
+func TestParseStreamTakesThePackageTheStreamNames(t *testing.T) {
+	stream := `{"Action":"start","Package":"mpsteer/internal/datapath/bpf/actors/set_backup"}
+{"Action":"run","Package":"mpsteer/internal/datapath/bpf/actors/set_backup","Test":"TestX"}
+{"Action":"pass","Package":"mpsteer/internal/datapath/bpf/actors/set_backup","Test":"TestX","Elapsed":0.5}
+{"Action":"pass","Package":"mpsteer/internal/datapath/bpf/actors/set_backup","Elapsed":0.6}
+`
+	ts, err := ParseStream(strings.NewReader(stream), "mpsteer/internal/datapath/bpf/actors/set/backup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 1 || ts[0].Package != "mpsteer/internal/datapath/bpf/actors/set_backup" || ts[0].Outcome != Pass {
+		t.Fatalf("%+v", ts)
+	}
+}
+
 func TestVersionOrder(t *testing.T) {
 	if !versionLess("6.1.0-50-amd64", "6.12.95+deb12-amd64") || !versionLess("6.12.95+deb12-amd64", "6.12.117+deb13-amd64") ||
 		!versionLess("6.12.117+deb13-amd64", "6.18.44-fc-v657") || versionLess("6.18.44", "6.2.1") {
@@ -80,5 +97,13 @@ func TestKernelsDocIsCurrent(t *testing.T) {
 	}
 	if string(doc) != Render(rs) {
 		t.Error("docs/kernels.md is not what docs/data/kernels/*.json render to: run make kernels-doc")
+	}
+	// Each result says where it comes from, as every data file does.
+	for _, r := range rs {
+		if msg := r.Provenance.Check(); msg != "" {
+			t.Errorf("docs/data/kernels/%s.json: %s", r.Kernel, msg)
+		} else if r.Provenance.Kernel != r.Kernel {
+			t.Errorf("docs/data/kernels/%s.json: provenance names kernel %s", r.Kernel, r.Provenance.Kernel)
+		}
 	}
 }

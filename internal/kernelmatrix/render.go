@@ -25,10 +25,11 @@ and the privileged functional tests of scripts/kernels/tests.txt ran as root.
 ` + "`mpsteer doctor`" + ` prints the same table for the machine it runs on.
 
 `)
-	b.WriteString("| kernel | distribution | ran | tests passed | failed | skipped |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| kernel | distribution | ran | tests passed | failed | skipped | wall time | recorded |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		p, f, s := r.Counts()
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d |\n", r.Kernel, distro(r.Matrix), where(r.Where), p, f, s)
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %.0f s | %s |\n", r.Kernel, distro(r.Matrix), where(r.Where), p, f, s,
+			r.WallSeconds, recorded(r))
 	}
 
 	b.WriteString("\n## Features\n\nyes: the probe worked; fallback: missing, and mpsteer uses the older mechanism named in its row; no: missing (a config that needs it is refused when it loads, naming the feature, this version and the config key).\n\n")
@@ -160,4 +161,15 @@ func where(w string) string {
 func oneLine(s string) string {
 	s = strings.ReplaceAll(s, "|", "\\|")
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// recorded says where a kernel's results come from: the commit and the
+// date (its provenance's summary, which names the kernel too: left out).
+func recorded(r *Result) string {
+	if msg := r.Provenance.Check(); msg != "" {
+		return msg
+	}
+	p := r.Provenance
+	p.Kernel = ""
+	return p.Summary()
 }

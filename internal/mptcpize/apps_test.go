@@ -105,8 +105,12 @@ func TestUnmodifiedApplicationsSwitchInTheScopedCgroupOnly(t *testing.T) {
 		return st.Ino
 	}
 	h := testutil.TwoHosts(t, 1)
-	// One switcher per namespace (each is the daemon of its namespace).
-	for ns, scope := range map[string]string{h.Server: "srv", h.Client: "app"} {
+	// One switcher per namespace (each is the daemon of its namespace),
+	// the server's attached first: its program runs first for the client's
+	// sockets too, and must leave them to the client's (curl asks for
+	// IPPROTO_TCP by name).
+	for _, sw := range [][2]string{{h.Server, "srv"}, {h.Client, "app"}} {
+		ns, scope := sw[0], sw[1]
 		var cookie uint64
 		if err := netnsutil.Do(ns, func() (err error) { cookie, err = bpfutil.NetNSCookie(); return err }); err != nil {
 			t.Fatal(err)

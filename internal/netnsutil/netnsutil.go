@@ -239,6 +239,20 @@ func WritePathManager(pm string) error {
 	return nil
 }
 
+// UserspacePMSetting is the sysctl setting that selects the userspace
+// path manager on the running kernel, as a user would write it:
+// net.mptcp.path_manager=userspace (Linux 6.15 on), else
+// net.mptcp.pm_type=1 (Linux 5.19 on, said as such).
+func UserspacePMSetting() string {
+	if _, err := ReadSysctl("net.mptcp.path_manager"); err == nil {
+		return "net.mptcp.path_manager=userspace"
+	}
+	if _, err := ReadSysctl("net.mptcp.pm_type"); err == nil {
+		return "net.mptcp.pm_type=1 (this kernel has no net.mptcp.path_manager, which arrived in Linux 6.15)"
+	}
+	return "net.mptcp.pm_type=1 (Linux 5.19 on; this kernel has neither it nor net.mptcp.path_manager)"
+}
+
 // ReadPathManager says which path manager runs the calling thread's
 // namespace ("kernel" or "userspace"), from whichever sysctl the kernel has.
 func ReadPathManager() (string, error) {

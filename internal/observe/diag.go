@@ -89,13 +89,17 @@ type Conn struct {
 	Subflows      uint8 // extra subflows (besides the initial one)
 	SubflowsTotal uint8
 	Fallback      bool // fell back to plain TCP
-	BytesSent     uint64
-	BytesAcked    uint64
-	BytesRecv     uint64
-	BytesRetrans  uint64
-	Retransmits   uint32
-	State         uint8
-	CgroupID      uint64 // the MPTCP socket's cgroup v2 id (see Subflow.CgroupID)
+	// Counters: the kernel gave the byte and retransmission counters
+	// below (Linux 6.5 on; before, only the token, flags and subflow
+	// counts).
+	Counters     bool
+	BytesSent    uint64
+	BytesAcked   uint64
+	BytesRecv    uint64
+	BytesRetrans uint64
+	Retransmits  uint32
+	State        uint8
+	CgroupID     uint64 // the MPTCP socket's cgroup v2 id (see Subflow.CgroupID)
 }
 
 // MPTCP subflow flags (MPTCP_SUBFLOW_FLAG_*).
@@ -449,7 +453,8 @@ func fillTCPInfo(sf *Subflow, b []byte) {
 	sf.CAState = ti.Ca_state
 }
 
-// mptcp_info offsets (struct mptcp_info, 96 bytes in 6.18).
+// mptcp_info offsets (struct mptcp_info, 96 bytes in 6.18; 48 before
+// 6.5, which added the counters from retransmits on).
 const (
 	miSubflows      = 0
 	miFlags         = 8
@@ -482,17 +487,20 @@ func parseConn(b []byte) (Conn, bool) {
 			continue
 		}
 		mi := ad.Bytes()
-		if len(mi) < miBytesAcked+8 {
+		if len(mi) < miToken+4 {
 			continue
 		}
 		c.Subflows = mi[miSubflows]
 		c.Fallback = binary.NativeEndian.Uint32(mi[miFlags:])&miFallback != 0
 		c.Token = binary.NativeEndian.Uint32(mi[miToken:])
-		c.Retransmits = binary.NativeEndian.Uint32(mi[miRetransmits:])
-		c.BytesRetrans = binary.NativeEndian.Uint64(mi[miBytesRetrans:])
-		c.BytesSent = binary.NativeEndian.Uint64(mi[miBytesSent:])
-		c.BytesRecv = binary.NativeEndian.Uint64(mi[miBytesReceived:])
-		c.BytesAcked = binary.NativeEndian.Uint64(mi[miBytesAcked:])
+		if len(mi) >= miBytesAcked+8 { // Linux 6.5 on
+			c.Counters = true
+			c.Retransmits = binary.NativeEndian.Uint32(mi[miRetransmits:])
+			c.BytesRetrans = binary.NativeEndian.Uint64(mi[miBytesRetrans:])
+			c.BytesSent = binary.NativeEndian.Uint64(mi[miBytesSent:])
+			c.BytesRecv = binary.NativeEndian.Uint64(mi[miBytesReceived:])
+			c.BytesAcked = binary.NativeEndian.Uint64(mi[miBytesAcked:])
+		}
 		if len(mi) > miSubflowsTotal {
 			c.SubflowsTotal = mi[miSubflowsTotal]
 		}

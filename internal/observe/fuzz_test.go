@@ -50,3 +50,19 @@ func FuzzParseDiag(f *testing.F) {
 		parseConn(b)
 	})
 }
+
+// A connection's token and cgroup read from the mptcp_info of every
+// kernel: 48 bytes before 6.5 (Debian 12's 6.1), 96 in 6.18.
+func TestParseConnOfEveryKernel(t *testing.T) {
+	for _, size := range []int{48, 96} {
+		mi := make([]byte, size)
+		mi[miSubflows] = 2
+		binary.NativeEndian.PutUint32(mi[miToken:], 0x7156baa8)
+		cg := make([]byte, 8)
+		binary.NativeEndian.PutUint64(cg, 4242)
+		c, ok := parseConn(diagMsg(unix.AF_INET, 1, attr(inetDiagInfo, mi), attr(inetDiagCgroupID, cg)))
+		if !ok || c.Token != 0x7156baa8 || c.Subflows != 2 || c.CgroupID != 4242 || c.Local.Port() != 40000 || c.Counters != (size == 96) {
+			t.Errorf("%d-byte mptcp_info: %+v (ok %v)", size, c, ok)
+		}
+	}
+}

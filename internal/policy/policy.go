@@ -250,6 +250,19 @@ type Env struct {
 	// unknown is taken as the kernel's default, 4.
 	SynLinearTimeouts int
 	SynLinearKnown    bool
+	// SelectUserspace is the sysctl setting that selects the userspace
+	// path manager on the host's kernel (net.mptcp.path_manager=userspace,
+	// or net.mptcp.pm_type=1 before Linux 6.15); "" when unknown.
+	SelectUserspace string
+}
+
+// UserspacePMSetting says how to select the userspace path manager: the
+// host's sysctl setting where it is known, else both kernels' ways.
+func (e Env) UserspacePMSetting() string {
+	if e.SelectUserspace != "" {
+		return e.SelectUserspace
+	}
+	return "net.mptcp.path_manager=userspace (Linux 6.15 on; net.mptcp.pm_type=1 before)"
 }
 
 // Path managers (Env.PathManager).

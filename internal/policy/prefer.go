@@ -34,12 +34,14 @@ type Prefer struct {
 	// manager runs the namespace (there, no subflow is opened unless a
 	// policy asks): one per pair of a local and a remote address, as
 	// fullmesh does.
-	mesh   *Fullmesh
-	env    Env
-	conns  map[uint32]*preferConn
-	rtts   map[SubflowID]*rttWindow
-	round  uint64 // Decide's calls, to stamp the RTT windows in use
-	status PreferStatus
+	mesh *Fullmesh
+	// rtoMaxGiven: the entry sets rto_max (the default is 1s).
+	rtoMaxGiven bool
+	env         Env
+	conns       map[uint32]*preferConn
+	rtts        map[SubflowID]*rttWindow
+	round       uint64 // Decide's calls, to stamp the RTT windows in use
+	status      PreferStatus
 	// connStatus: each connection's part of the status, as last decided.
 	connStatus map[uint32]PreferConnStatus
 	// availabilityOnly: a preferred subflow is given up only when it is
@@ -179,6 +181,7 @@ var ifaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
 func buildPrefer(m *yamlcfg.Map, env Env) Policy {
 	p := NewPrefer(env)
 	yamlcfg.Decode(m, &p.PreferConfig)
+	p.rtoMaxGiven = m.Has("rto_max")
 	p.targets = append([]string(nil), p.Paths...)
 	if p.RTOMax != 0 && (p.RTOMax < time.Second || p.RTOMax > 120*time.Second) && !m.Failed("rto_max") {
 		m.Errorf("rto_max", "%v is outside what the kernel accepts for TCP_RTO_MAX_MS (1s to 120s; 0s keeps the default)", p.RTOMax)

@@ -89,7 +89,7 @@ func decodePreferOpening(p *Prefer, m *yamlcfg.Map, env Env) {
 	}
 	yamlcfg.Decode(m, &open)
 	yamlcfg.Decode(m, &p.PreferProbeConfig)
-	needs := "under the kernel path manager the probes are the subflows the kernel opens from the re-added endpoint, one per connection at a time (probe_interval sets their SYN timeout); several probes side by side need the userspace path manager: set net.mptcp.path_manager=userspace in this network namespace (prefer then opens the connection's subflows itself)"
+	needs := "under the kernel path manager the probes are the subflows the kernel opens from the re-added endpoint, one per connection at a time (probe_interval sets their SYN timeout); several probes side by side need the userspace path manager: set " + env.UserspacePMSetting() + " in this network namespace (prefer then opens the connection's subflows itself)"
 	switch {
 	case m.Failed("probe_interval"):
 	case p.ProbeInterval > 0 && p.ProbeInterval < 10*time.Millisecond:
@@ -107,7 +107,7 @@ func decodePreferOpening(p *Prefer, m *yamlcfg.Map, env Env) {
 		m.Errorf("max_probes", "probes are subflows prefer opens: with open_subflows: false there are none; leave max_probes out")
 	}
 	if open.OpenSubflows && env.PathManager == KernelPM && !m.Failed("open_subflows") {
-		m.Errorf("open_subflows", "prefer opens subflows only under the userspace path manager (net.mptcp.path_manager=userspace); under the kernel path manager its endpoints do")
+		m.Errorf("open_subflows", "prefer opens subflows only under the userspace path manager (%s); under the kernel path manager its endpoints do", env.UserspacePMSetting())
 	}
 	if !open.OpenSubflows && env.PathManager != KernelPM {
 		// Something else opens the subflows (mptcpd, the application):

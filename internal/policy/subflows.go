@@ -127,7 +127,7 @@ func ifaceOf(all map[string][]netip.Addr, a netip.Addr) string {
 // namespace run by the kernel path manager, where it could not.
 func requireUserspacePM(m *yamlcfg.Map, env Env, name string) {
 	if env.PathManager == KernelPM {
-		m.Errorf("name", "policy %s opens and closes subflows itself, which needs the userspace path manager: set net.mptcp.path_manager=userspace in this network namespace first (the kernel path manager opens subflows only from its endpoints)", name)
+		m.Errorf("name", "policy %s opens and closes subflows itself, which needs the userspace path manager: set %s in this network namespace first (the kernel path manager opens subflows only from its endpoints)", name, env.UserspacePMSetting())
 	}
 }
 

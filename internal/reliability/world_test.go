@@ -38,6 +38,12 @@ func sysctlIn(key, v string) func(t *testing.T, w *world) error {
 	return func(t *testing.T, w *world) error { return netnsutil.Sysctl(w.h.Client, key, v) }
 }
 
+// pathManagerIn selects the client's path manager through whichever
+// sysctl the kernel has.
+func pathManagerIn(pm string) func(t *testing.T, w *world) error {
+	return func(t *testing.T, w *world) error { return netnsutil.SetPathManager(w.h.Client, pm) }
+}
+
 func worldChanges(client string) []worldChange {
 	return []worldChange{
 		{name: "address-removed", fault: "the second path's address removed and re-added during a transfer",
@@ -47,8 +53,8 @@ func worldChanges(client string) []worldChange {
 		{name: "mptcp-disabled", fault: "MPTCP disabled by sysctl (net.mptcp.enabled=0) and enabled again during a transfer",
 			do: sysctlIn("net.mptcp.enabled", "0"), undo: sysctlIn("net.mptcp.enabled", "1"),
 			says: []string{"MPTCP was disabled", "MPTCP is enabled again"}},
-		{name: "path-manager-switched", fault: "the path manager switched (net.mptcp.path_manager kernel → userspace → kernel) during a transfer",
-			do: sysctlIn("net.mptcp.path_manager", "userspace"), undo: sysctlIn("net.mptcp.path_manager", "kernel"),
+		{name: "path-manager-switched", fault: "the path manager switched (kernel → userspace → kernel: net.mptcp.path_manager, or pm_type before 6.15) during a transfer",
+			do: pathManagerIn("userspace"), undo: pathManagerIn("kernel"),
 			says: []string{"the path manager is userspace now", "the path manager is kernel now"}},
 	}
 }

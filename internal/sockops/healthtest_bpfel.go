@@ -49,6 +49,8 @@ type healthtestHtScratch struct {
 	_    structs.HostLayout
 	Opts [72]uint8
 	Buf  [72]uint8
+	At   uint32
+	Len  uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"errors"
+	"mpsteer/internal/timescale"
 	"testing"
 	"time"
 )
@@ -17,11 +18,12 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 }
 
 // WaitFor is Eventually without a test: it returns cond's last error, or
-// nil as soon as cond holds. It looks every millisecond at first, then
+// nil as soon as cond holds. The timeout is stretched by the time scale
+// (internal/timescale) where everything runs slower, in emulated guests. It looks every millisecond at first, then
 // less often, up to every 20 ms: a condition that is costly to read (a
 // socket dump) must not load the machine it watches.
 func WaitFor(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(timescale.Scaled(timeout))
 	every := time.Millisecond
 	for {
 		err := cond()

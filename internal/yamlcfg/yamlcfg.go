@@ -166,6 +166,23 @@ func (m *Map) Path() string { return m.path }
 // Line is the line where the mapping starts.
 func (m *Map) Line() int { return m.node.Line }
 
+// Where is "file:line: path" of a key of the map (its value's line), or
+// of the map itself for "": where a problem found later, away from the
+// document, is said to be.
+func (m *Map) Where(key string) string {
+	line, where := m.node.Line, m.path
+	if key != "" {
+		if _, v := m.lookup(key); v != nil {
+			line = v.Line
+		}
+		where = m.keyPath(key)
+	}
+	if where == "" {
+		where = "(top level)"
+	}
+	return fmt.Sprintf("%s:%d: %s", m.file, line, where)
+}
+
 // Errs gives access to the shared error list, for callers that validate
 // relations between keys.
 func (m *Map) Errs() *Errors { return m.errs }

@@ -29,6 +29,12 @@ out=${MPSTEER_KERNEL_RESULTS:-$root/results/kernels}
 build=$root/build/kernels
 tests=$(realpath "${MPSTEER_KERNEL_TESTS:-scripts/kernels/tests.txt}")
 venv=$root/.cache/venv
+# The command line the results' provenance names: this script and the
+# settings that shape the matrix.
+command="scripts/kernels/run.sh"
+for v in MPSTEER_KERNEL_TESTS MPSTEER_KERNEL_TIMEOUT MPSTEER_VM_TIME_SCALE MPSTEER_KERNEL_JOBS MPSTEER_KERNELS; do
+	[[ -z ${!v:-} ]] || command="$v=${!v} $command"
+done
 
 [[ $(id -u) -eq 0 ]] || { echo "test-kernels: needs root (the tests build namespaces and load BPF programs)" >&2; exit 1; }
 [[ -x $venv/bin/vng ]] || { echo "test-kernels: virtme-ng is missing: make deps installs it in $venv" >&2; exit 1; }
@@ -40,9 +46,14 @@ rm -rf "$build"; mkdir -p "$build/bin"
 go build -o "$build/bin/mpsteer" ./cmd/mpsteer
 go build -o "$build/bin/test2json" cmd/test2json
 go build -o "$build/kernelmatrix" ./cmd/kernelmatrix
-grep -v '^#' "$tests" | awk 'NF {print $1}' | sort -u | while read -r pkg; do
-	go test -c -o "$build/bin/${pkg//\//_}.test" "./$pkg"
-done
+# In one go command (the packages compile side by side), each named for
+# its last element, then renamed PKG.test with / as _ (guest.sh's names).
+pkgs=$(grep -v '^#' "$tests" | awk 'NF {print $1}' | sort -u)
+mkdir -p "$build/tests"
+go test -c -o "$build/tests/" $(sed 's|^|./|' <<< "$pkgs")
+while read -r pkg; do
+	mv "$build/tests/${pkg##*/}.test" "$build/bin/${pkg//\//_}.test"
+done <<< "$pkgs"
 
 # By default the matrix is what fetch.sh finds worth running, and the host.
 declare -A dirs vers
@@ -57,7 +68,8 @@ mkdir -p "$out"
 # run_one NAME: one kernel's run, its result collected; the lines it
 # prints go to the run's summary file.
 run_one() {
-	local name=$1 run=$build/out/$1 start=$SECONDS where dir line wall
+	local name=$1 run=$build/out/$1 start=$SECONDS began where dir line wall
+	began=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 	mkdir -p "$run"
 	if [[ $name == host ]]; then
 		where=host
@@ -73,7 +85,8 @@ run_one() {
 			echo "test-kernels: $name: the VM exited ${PIPESTATUS[0]} (console: $run/console.log)" >&2
 	fi
 	wall=$((SECONDS - start))
-	if ! line=$("$build/kernelmatrix" collect -in "$run" -matrix "$name" -where "$where" -wall "$wall" -out "$out"); then
+	if ! line=$("$build/kernelmatrix" collect -in "$run" -matrix "$name" -where "$where" -wall "$wall" \
+		-start "$began" -command "$command" -out "$out"); then
 		echo "kernel $name: no result (see $run/guest.log and $run/console.log)" > "$run/summary"
 		return
 	fi

@@ -91,6 +91,27 @@ struct cx {
 	__u8 pad[3];
 };
 
+/* Lengths given to the helpers. A helper's length must be at least 1 on
+ * the register passed, and verifiers before 6.8 (Debian 12's 6.1, the
+ * 6.12 of Debian 13 and of bookworm's backports) learn a lower bound only
+ * from an ordered compare on that register: not from `!= 0`, and not from
+ * the single range check on a copy (`v - lo > hi - lo`) that clang makes
+ * of `v < lo || v > hi`. Both work in 64 bits: a 32-bit value behind a
+ * barrier is compared as a zero-extended copy, which bounds the copy only.
+ *
+ * size_upto(v, mask) is v for v in 1..mask+1 and wraps 0 to mask + 1, by
+ * arithmetic: at least 1 to any verifier, with no branch; the caller
+ * compares it with its upper bound (which also refuses the wrapped 0).
+ * The barrier keeps clang from folding that compare back into a check on
+ * v. */
+#define size_upto(v, mask) ({ __u64 __s = ((((__u64)(v)) - 1) & (mask)) + 1; barrier_var(__s); __s; })
+
+/* at_least(v, lo): v >= lo (lo > 1; v a 64-bit variable) as a compare of
+ * its own on v's register, which clang cannot fold with the compares
+ * after it. */
+#define at_least(v, lo) ({ _Static_assert(sizeof(v) == 8, "at_least wants a 64-bit variable"); \
+	barrier_var(v); int __ok = (v) >= (lo); barrier_var(v); __ok; })
+
 /* account counts what an actor did; nonzero: drop the packet. */
 static __always_inline int account(struct mpsteer_stats *st, int r)
 {

@@ -5,7 +5,11 @@
 // stream socket (IPPROTO_TCP or 0, IPv4 or IPv6) when the calling task's
 // cgroup, or one of its ancestors, is in the scopes map and the socket is
 // made in the daemon's network namespace. Every other socket keeps the
-// protocol it asked for.
+// protocol it asked for: the program answers 0, "no opinion", and the
+// kernel's own update_socket_protocol() answers. (An fmod_ret program's
+// non-zero answer is final: the programs attached after it do not run, so
+// answering the socket's own protocol, IPPROTO_TCP for curl's, would keep
+// the daemon of another namespace on the host from switching it.)
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -64,18 +68,18 @@ SEC("fmod_ret/update_socket_protocol")
 int BPF_PROG(mpsteer_mptcpize, int family, int type, int protocol)
 {
 	if (family != AF_INET && family != AF_INET6)
-		return protocol;
+		return 0;
 	// type still carries SOCK_NONBLOCK and SOCK_CLOEXEC here.
 	if ((type & SOCK_TYPE_MASK) != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
-		return protocol;
+		return 0;
 	if (netns_cookie) {
 		struct task_struct *task = bpf_get_current_task_btf();
 		if (BPF_CORE_READ(task, nsproxy, net_ns, net_cookie) != netns_cookie)
-			return protocol;
+			return 0;
 	}
 	count(STAT_STREAM);
 	if (!in_scope())
-		return protocol;
+		return 0;
 	count(STAT_SWITCHED);
 	return IPPROTO_MPTCP;
 }

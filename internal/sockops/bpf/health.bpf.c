@@ -393,40 +393,55 @@ static __always_inline void count_data(struct bpf_sock_ops *skops, struct hl_con
 	s->last = now;
 }
 
-// collect builds the entries worth sending for a connection (paths with
-// something known) in sc->e, rotated by rot; it returns how many.
-static __always_inline int collect(struct hl_conn *c, __u32 token, struct hl_conf *cf, __u32 rot, struct hl_scratch *sc)
+// hl_entry_of says what the receiver has to report about one path: its
+// entry packed as peer id, own id, loss and last hop (a byte each, from
+// the lowest), with bit 32 set; 0 when nothing is known of it. A global
+// function: the verifier checks its branches once, not once for each path
+// and each way the paths before it went.
+__noinline long hl_entry_of(struct hl_slot *s, __u32 token, __u32 min_segs, __u64 bucket, __u64 now)
 {
+	if (!s || !s->used)
+		return 0;
+	__u32 segs = 0, bad = 0;
+	__u64 age = now - s->cur_start;
+	if (age < bucket) {
+		segs = s->cur_segs + s->prev_segs;
+		bad = s->cur_bad + s->prev_bad;
+	} else if (age < 2 * bucket) {
+		segs = s->cur_segs;
+		bad = s->cur_bad;
+	}
+	struct hl_path_key k = {.token = token, .local_id = s->local_id, .remote_id = s->remote_id};
+	__u8 *lh = bpf_map_lookup_elem(&hl_lasthop, &k);
+	__u8 loss = hl_loss(segs, bad, min_segs);
+	__u8 last = lh ? *lh : HL_UNKNOWN;
+	if (loss == HL_UNKNOWN && last == HL_UNKNOWN)
+		return 0; // nothing to say about it
+	// The recipient's local id is our remote id.
+	return (1L << 32) | s->remote_id | ((__u32)s->local_id << 8) | ((__u32)loss << 16) | ((__u32)last << 24);
+}
+
+// hl_collect builds the entries worth sending for a connection (paths with
+// something known) in sc->e, rotated by rot; it returns how many (0..8).
+// A global function: verified once, though both the length and the
+// writing callbacks use it.
+__noinline int hl_collect(struct hl_conn *c, __u32 token, struct hl_conf *cf, __u32 rot, struct hl_scratch *sc)
+{
+	if (!c || !cf || !sc)
+		return 0;
 	__u32 n = 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 b = cf->bucket_ns;
+	__u32 min_segs = cf->min_segs;
 	for (int i = 0; i < HL_MAX_PATHS; i++) {
-		struct hl_slot *s = &c->s[i];
-		if (!s->used)
+		long v = hl_entry_of(&c->s[i], token, min_segs, b, now);
+		if (!v)
 			continue;
-		__u32 segs = 0, bad = 0;
-		__u64 age = now - s->cur_start;
-		if (age < b) {
-			segs = s->cur_segs + s->prev_segs;
-			bad = s->cur_bad + s->prev_bad;
-		} else if (age < 2 * b) {
-			segs = s->cur_segs;
-			bad = s->cur_bad;
-		}
-		struct hl_path_key k = {.token = token, .local_id = s->local_id, .remote_id = s->remote_id};
-		__u8 *lh = bpf_map_lookup_elem(&hl_lasthop, &k);
-		__u8 loss = hl_loss(segs, bad, cf->min_segs);
-		__u8 last = lh ? *lh : HL_UNKNOWN;
-		if (loss == HL_UNKNOWN && last == HL_UNKNOWN)
-			continue; // nothing to say about it
-		if (n >= HL_MAX_PATHS)
-			break;
 		struct hl_entry *e = &sc->all[n & (HL_MAX_PATHS - 1)];
-		// The recipient's local id is our remote id.
-		e->peer_id = s->remote_id;
-		e->own_id = s->local_id;
-		e->loss = loss;
-		e->lasthop = last;
+		e->peer_id = v;
+		e->own_id = v >> 8;
+		e->loss = v >> 16;
+		e->lasthop = v >> 24;
 		n++;
 	}
 	if (n == 0)
@@ -464,8 +479,8 @@ static __always_inline void report_len(struct bpf_sock_ops *skops, struct hl_con
 	__u32 token = token_of(sk);
 	struct hl_conn *c = conn_of(token, 0);
 	struct hl_scratch *sc = scratch();
-	int n = c && sc ? collect(c, token, cf, st->rot, sc) : 0;
-	if (n == 0) {
+	int n = c && sc ? hl_collect(c, token, cf, st->rot, sc) : 0;
+	if (n <= 0 || n > HL_MAX_PATHS) {
 		hcount(HS_NO_INFO);
 		return;
 	}
@@ -508,15 +523,18 @@ static __always_inline void report_write(struct bpf_sock_ops *skops, struct hl_c
 	struct hl_scratch *sc = scratch();
 	if (!c || !sc)
 		return;
-	int n = collect(c, token, cf, st->rot, sc);
-	if (n == 0)
+	int n = hl_collect(c, token, cf, st->rot, sc);
+	if (n <= 0 || n > HL_MAX_PATHS)
+		return;
+	// Encoded once with every path; fewer paths are the same bytes with a
+	// shorter length.
+	if (hl_encode(sc->buf, sc->e, n) <= 0)
 		return;
 	for (int k = HL_MAX_PATHS; k >= 1; k--) {
 		if (k > n)
 			continue;
-		int len = hl_encode(sc->buf, sc->e, k);
-		if (len <= 0 || len > HL_MAX_LEN)
-			return;
+		int len = HL_HDR + k * HL_ENTRY;
+		sc->buf[1] = len;
 		long err = bpf_store_hdr_opt(skops, sc->buf, len, 0);
 		if (err == 0) {
 			if (k < n) {
@@ -532,6 +550,43 @@ static __always_inline void report_write(struct bpf_sock_ops *skops, struct hl_c
 			return;
 		}
 	}
+}
+
+// hl_keep_reports keeps the k entries parsed into sc->e in hl_reports:
+// those whose bit is set in valid, which arrived on the subflow with
+// address ids via (local, then remote, a byte each). A global function:
+// inline, every combination of valid and invalid entries would be checked
+// apart (the verifier knows valid's bits on each path).
+__noinline int hl_keep_reports(struct hl_scratch *sc, int k, __u32 valid, __u32 token, __u32 via)
+{
+	if (!sc)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	for (int i = 0; i < HL_MAX_PATHS; i++) {
+		if (i >= k)
+			break;
+		if (!(valid & (1u << i))) {
+			hcount(HS_BAD_ENTRIES);
+			continue;
+		}
+		hcount(HS_ENTRIES);
+		struct hl_entry *e = &sc->e[i & (HL_MAX_PATHS - 1)];
+		struct hl_path_key key = {.token = token, .local_id = e->peer_id, .remote_id = e->own_id};
+		struct hl_rx *rx = bpf_map_lookup_elem(&hl_reports, &key);
+		if (rx) {
+			rx->at = now;
+			rx->count += 1;
+			rx->loss = e->loss;
+			rx->lasthop = e->lasthop;
+			rx->via_local = via;
+			rx->via_remote = via >> 8;
+		} else {
+			struct hl_rx v = {.at = now, .count = 1, .loss = e->loss, .lasthop = e->lasthop,
+					  .via_local = via, .via_remote = via >> 8};
+			bpf_map_update_elem(&hl_reports, &key, &v, BPF_ANY);
+		}
+	}
+	return 0;
 }
 
 static __always_inline void parse_report(struct bpf_sock_ops *skops)
@@ -566,31 +621,7 @@ static __always_inline void parse_report(struct bpf_sock_ops *skops)
 		return;
 	__u8 vl = 0, vr = 0;
 	subflow_ids(sk, &vl, &vr);
-	__u64 now = bpf_ktime_get_ns();
-	for (int i = 0; i < HL_MAX_PATHS; i++) {
-		if (i >= k)
-			break;
-		if (!(valid & (1u << i))) {
-			hcount(HS_BAD_ENTRIES);
-			continue;
-		}
-		hcount(HS_ENTRIES);
-		struct hl_entry *e = &sc->e[i & (HL_MAX_PATHS - 1)];
-		struct hl_path_key key = {.token = token, .local_id = e->peer_id, .remote_id = e->own_id};
-		struct hl_rx *rx = bpf_map_lookup_elem(&hl_reports, &key);
-		if (rx) {
-			rx->at = now;
-			rx->count += 1;
-			rx->loss = e->loss;
-			rx->lasthop = e->lasthop;
-			rx->via_local = vl;
-			rx->via_remote = vr;
-		} else {
-			struct hl_rx v = {.at = now, .count = 1, .loss = e->loss, .lasthop = e->lasthop,
-					  .via_local = vl, .via_remote = vr};
-			bpf_map_update_elem(&hl_reports, &key, &v, BPF_ANY);
-		}
-	}
+	hl_keep_reports(sc, k, valid, token, vl | ((__u32)vr << 8));
 }
 
 SEC("sockops")

@@ -45,11 +45,21 @@ struct ht_out {
 	__u8 buf[HL_SCRATCH]; // the option as copied (parse) or encoded (writer)
 };
 
-// The packet's options, where the verifier bounds a variable index.
+// The packet's options, where the verifier bounds a variable index, and
+// where ht_find says it found ours.
 struct ht_scratch {
 	__u8 opts[HL_SCRATCH];
 	__u8 buf[HL_SCRATCH];
+	__u32 at;  // its offset in the options
+	__u32 len; // its length byte (at most what the options hold)
 };
+
+/* size_upto(v, mask) is v for v in 1..mask+1 (0 wraps to mask + 1), at
+ * least 1 by arithmetic: verifiers before 6.8 take no lower bound from a
+ * `v > 0` compared before masking, nor from `!= 0`, and a helper's length
+ * must be at least 1. In 64 bits: a 32-bit value behind the barrier would
+ * be compared as a zero-extended copy, which bounds the copy only. */
+#define size_upto(v, mask) ({ __u64 __s = ((((__u64)(v)) - 1) & (mask)) + 1; barrier_var(__s); __s; })
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -135,42 +145,71 @@ static __always_inline int tcp_at(struct __sk_buff *skb, __u32 *tcp_off, __u32 *
 	return 0;
 }
 
-// find walks the options (opts holds optlen bytes) as the kernel does and
-// copies ours into buf; *n is how many of its bytes the packet holds.
-static __always_inline int find(const __u8 *opts, __u32 optlen, __u8 *buf, int *n, __u32 *at)
+// The option walk's state, for bpf_loop.
+struct ht_walk {
+	struct ht_scratch *sc;
+	__u32 i, optlen;
+	int res;
+};
+
+// ht_walk_one handles the option at w->i; nonzero: the walk is over, with
+// its result in w->res.
+static long ht_walk_one(__u32 it, void *ctx)
 {
-	__u32 i = 0;
-	for (int it = 0; it < HL_BUF; it++) {
-		if (i >= optlen || i >= HL_BUF)
-			return HT_NONE;
-		__u8 kind = opts[i & HL_MASK];
-		if (kind == TCPOPT_EOL)
-			return HT_NONE;
-		if (kind == TCPOPT_NOP) {
-			i++;
-			continue;
-		}
-		if (i + 1 >= optlen)
-			return HT_MALFORMED;
-		__u32 len = opts[(i + 1) & HL_MASK];
-		if (len < 2 || i + len > optlen)
-			return HT_MALFORMED;
-		if (kind == HL_KIND && len >= HL_HDR && opts[(i + 2) & HL_MASK] == HL_EXID_HI &&
-		    opts[(i + 3) & HL_MASK] == HL_EXID_LO) {
-			int c = 0;
-			for (__u32 j = 0; j < HL_BUF; j++) {
-				if (j >= len)
-					break;
-				buf[j & HL_MASK] = opts[(i + j) & HL_MASK];
-				c++;
-			}
-			*n = c;
-			*at = i;
-			return HT_FOUND;
-		}
-		i += len;
+	struct ht_walk *w = ctx;
+	struct ht_scratch *sc = w->sc;
+	__u32 i = w->i, optlen = w->optlen;
+	if (!sc || i >= optlen || i >= HL_BUF)
+		return 1; // HT_NONE
+	__u8 kind = sc->opts[i & HL_MASK];
+	if (kind == TCPOPT_EOL)
+		return 1;
+	if (kind == TCPOPT_NOP) {
+		w->i = i + 1;
+		return 0;
 	}
-	return HT_NONE;
+	w->res = HT_MALFORMED;
+	if (i + 1 >= optlen)
+		return 1;
+	__u32 len = sc->opts[(i + 1) & HL_MASK];
+	if (len < 2 || i + len > optlen)
+		return 1;
+	if (kind == HL_KIND && len >= HL_HDR && sc->opts[(i + 2) & HL_MASK] == HL_EXID_HI &&
+	    sc->opts[(i + 3) & HL_MASK] == HL_EXID_LO) {
+		sc->at = i;
+		sc->len = len;
+		w->res = HT_FOUND;
+		return 1;
+	}
+	w->res = HT_NONE;
+	w->i = i + len;
+	return 0;
+}
+
+// ht_find walks the options (sc->opts holds optlen bytes) as the kernel
+// does; when ours is there it says where (sc->at, sc->len). A global
+// function, and its loop a bpf_loop: the verifier checks one step of the
+// walk, once, not every option layout's path through it.
+__noinline int ht_find(struct ht_scratch *sc, __u32 optlen)
+{
+	if (!sc)
+		return HT_NONE;
+	struct ht_walk w = {.sc = sc, .i = 0, .optlen = optlen, .res = HT_NONE};
+	bpf_loop(HL_BUF, ht_walk_one, &w, 0);
+	return w.res;
+}
+
+// copy_found copies the option ht_find found into buf (HL_SCRATCH bytes of
+// map memory) and returns its length.
+static __always_inline int copy_found(const struct ht_scratch *sc, __u8 *buf)
+{
+	__u32 at = sc->at, len = sc->len;
+	for (__u32 j = 0; j < HL_BUF; j++) {
+		if (j >= len)
+			break;
+		buf[j & HL_MASK] = sc->opts[(at + j) & HL_MASK];
+	}
+	return len > HL_BUF ? HL_BUF : len;
 }
 
 static __always_inline struct ht_out *result(void)
@@ -187,9 +226,10 @@ static __always_inline int load_opts(struct __sk_buff *skb, __u8 *opts, __u32 *t
 	if (tcp_at(skb, tcp_off, optlen))
 		return -1;
 	__u32 l = *optlen;
-	if (l > HL_BUF)
-		return -1;
-	if (l > 0 && bpf_skb_load_bytes(skb, *tcp_off + 20, opts, l & HL_MASK))
+	if (l == 0)
+		return 0;
+	__u64 n = size_upto(l, HL_MASK);
+	if (n > HL_BUF || bpf_skb_load_bytes(skb, *tcp_off + 20, opts, n))
 		return -1;
 	return 0;
 }
@@ -206,12 +246,11 @@ int ht_parse(struct __sk_buff *skb)
 		o->walk = HT_NOT_TCP;
 		return TC_ACT_OK;
 	}
-	int n = 0;
-	__u32 at = 0;
-	o->walk = find(sc->opts, optlen, o->buf, &n, &at);
+	o->walk = ht_find(sc, optlen);
 	if (o->walk != HT_FOUND)
 		return TC_ACT_OK;
-	o->off = at;
+	int n = copy_found(sc, o->buf);
+	o->off = sc->at;
 	o->parsed = hl_parse(o->buf, n, o->e, &o->valid);
 	return TC_ACT_OK;
 }
@@ -246,36 +285,36 @@ static __always_inline void strip_count(__u32 i)
 		__sync_fetch_and_add(v, 1);
 }
 
-// strip_one blanks the first option of ours; 1 if it did, 0 if there was
-// none, -1 if there was one it leaves alone.
-static __always_inline int strip_one(struct __sk_buff *skb, struct ht_scratch *sc)
+// ht_strip_one blanks the first option of ours with one store of NOPs
+// and one checksum update; 1 if it did, 0 if there was none, -1 if there
+// was one it leaves alone. A global function: checked once, though
+// ht_strip calls it four times.
+__noinline int ht_strip_one(struct __sk_buff *skb, struct ht_scratch *sc)
 {
+	if (!sc)
+		return 0;
 	__builtin_memset(sc, 0, sizeof(*sc));
 	__u32 tcp_off, optlen;
 	if (load_opts(skb, sc->opts, &tcp_off, &optlen))
 		return 0;
-	int n = 0;
-	__u32 at = 0;
-	if (find(sc->opts, optlen, sc->buf, &n, &at) != HT_FOUND)
+	if (ht_find(sc, optlen) != HT_FOUND)
 		return 0;
+	int got = copy_found(sc, sc->buf);
 	// Ours start 4-aligned and are 4·k bytes long; anything else is left.
-	if ((at & 3) || (n & 3) || n < HL_HDR || at + n > HL_BUF)
+	__u32 at = sc->at;
+	if ((at & 3) || (got & 3) || got < HL_HDR || at + got > HL_BUF)
 		return -1;
-	__u32 csum_off = tcp_off + 16;
-	__u32 nop = 0x01010101;
-	for (int w = 0; w < HL_BUF / 4; w++) {
-		__u32 i = w * 4;
-		if (i >= (__u32)n)
-			break;
-		__u32 old;
-		__u32 pos = at + i;
-		if (pos + 4 > HL_BUF)
-			break;
-		__builtin_memcpy(&old, &sc->opts[pos & HL_MASK], 4);
-		if (bpf_skb_store_bytes(skb, tcp_off + 20 + pos, &nop, 4, 0))
-			return -1;
-		bpf_l4_csum_replace(skb, csum_off, old, nop, 4);
-	}
+	__u64 n = size_upto(got, HL_MASK);
+	if (n > HL_BUF)
+		return -1;
+	__u8 nops[HL_BUF];
+	__builtin_memset(nops, TCPOPT_NOP, sizeof(nops));
+	__s64 diff = bpf_csum_diff((__be32 *)sc->buf, n, (__be32 *)nops, n, 0);
+	if (diff < 0)
+		return -1;
+	if (bpf_skb_store_bytes(skb, tcp_off + 20 + at, nops, n, 0))
+		return -1;
+	bpf_l4_csum_replace(skb, tcp_off + 16, 0, diff, 0);
 	return 1;
 }
 
@@ -287,7 +326,7 @@ int ht_strip(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	int stripped = 0;
 	for (int i = 0; i < 4; i++) {
-		int r = strip_one(skb, sc);
+		int r = ht_strip_one(skb, sc);
 		if (r < 0)
 			strip_count(1);
 		if (r <= 0)

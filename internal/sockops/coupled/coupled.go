@@ -27,6 +27,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"mpsteer/internal/bpfutil"
+	"mpsteer/internal/kernelfeat"
 )
 
 // Algorithm is a coupled congestion control.
@@ -77,28 +78,10 @@ func (a Algorithm) spec() (*ebpf.CollectionSpec, error) {
 // controls, or returns nil: it must load tcp_congestion_ops as BPF
 // struct_ops, offer the kfuncs they call, and describe MPTCP's subflow
 // context in its BTF (the subflows find their connection through it).
-// It reads the kernel's BTF only: no privileges needed.
-func Supported() error {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return fmt.Errorf("the kernel has no BTF (/sys/kernel/btf/vmlinux): %w", err)
-	}
-	var st *btf.Struct
-	if err := spec.TypeByName("bpf_struct_ops_tcp_congestion_ops", &st); err != nil {
-		return errors.New("the kernel does not load tcp_congestion_ops as BPF struct_ops (Linux 5.6 or later with CONFIG_BPF_JIT and CONFIG_BPF_SYSCALL)")
-	}
-	var ctx *btf.Struct
-	if err := spec.TypeByName("mptcp_subflow_context", &ctx); err != nil {
-		return errors.New("the kernel's BTF has no struct mptcp_subflow_context (MPTCP built into the kernel, CONFIG_MPTCP=y, is needed)")
-	}
-	for _, fn := range []string{"tcp_slow_start", "tcp_cong_avoid_ai", "tcp_reno_ssthresh", "tcp_reno_undo_cwnd", "bpf_rdonly_cast"} {
-		var f *btf.Func
-		if err := spec.TypeByName(fn, &f); err != nil {
-			return fmt.Errorf("the kernel offers BPF congestion controls no kfunc %s (Linux 6.2 or later is needed)", fn)
-		}
-	}
-	return nil
-}
+// It reads the kernel's BTF only: no privileges needed. (kernelfeat
+// holds the check: its coupled-cc probe registers a struct_ops link
+// after it.)
+func Supported() error { return kernelfeat.CoupledBTF() }
 
 // Coupler runs one algorithm: its congestion control registered under a
 // name of this process (congestion controls are named host-wide), and the

@@ -37,12 +37,20 @@ static __always_inline __u32 csum32(__u32 sum, const __u8 *b)
  * every skb->ip_summed state. */
 static __always_inline int insert_opt(struct __sk_buff *skb, struct cx *x, __u8 *opt, __u32 len, int egress)
 {
-	__u32 thlen = x->thlen & 0x3c;
+	__u64 thlen = x->thlen & 0x3c;
 	len &= 0x3c;
-	if (len == 0 || len > 32 || thlen + len > 60 || thlen < 20)
+	if (len == 0 || len > 32)
+		return -1;
+	/* Both compares on thlen itself: the helpers' lengths below count on
+	 * them. (Compared as thlen + len, a copy of thlen plus a constant, the
+	 * 6.12 verifier loses thlen's bounds when it carries the compare back
+	 * to it.) */
+	if (!at_least(thlen, 20) || thlen > 60 - len)
 		return -1;
 	__u32 l3 = x->l3 & 0xff, l4 = x->l4 & 0xff;
-	__u8 hdr[96];
+	/* zeroed: before 6.8 a helper that fills a variable length of stack
+	 * wants all of it initialized first */
+	__u8 hdr[96] = {};
 	if (bpf_skb_load_bytes(skb, l4, hdr, thlen))
 		return -1;
 	if ((hdr[12] >> 4) * 4 != thlen)

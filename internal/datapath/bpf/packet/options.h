@@ -105,6 +105,9 @@ __noinline int mpsteer_classify(struct __sk_buff *skb, struct cx *x)
 	if (!x)
 		return 0;
 	struct walk w; /* opt is read only up to olen */
+	/* zeroed: before 6.8 a helper that fills a variable length of stack
+	 * wants all of it initialized first */
+	__builtin_memset(w.opt, 0, 40);
 	__u8 flags = x->flags;
 	w.i = w.olen = w.types = 0;
 	w.locs = 0xffffffff;
@@ -114,8 +117,9 @@ __noinline int mpsteer_classify(struct __sk_buff *skb, struct cx *x)
 		w.types |= T_FIN;
 	if (flags & TCP_RST)
 		w.types |= T_RST;
-	__u32 olen = (x->thlen - 20) & 0x3f;
-	if (olen > 0 && olen <= 40 && bpf_skb_load_bytes(skb, x->l4 + 20, w.opt, olen) == 0) {
+	/* thlen 20 (no options) wraps to 64, refused with the lengths over 40 */
+	__u64 olen = size_upto(x->thlen - 20, 0x3f);
+	if (olen <= 40 && bpf_skb_load_bytes(skb, x->l4 + 20, w.opt, olen) == 0) {
 		w.olen = olen;
 		/* Linux's own layout starts with NOP NOP timestamps: skip it;
 		 * the next option (often the only MPTCP one, a DSS) without a

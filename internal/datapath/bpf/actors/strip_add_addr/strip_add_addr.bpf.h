@@ -216,8 +216,9 @@ static __always_inline int strip_add_addr(struct __sk_buff *skb, struct cx *x)
 {
 	struct withheld_key k;
 	withheld_key_of(x, &k);
-	__u32 at = (x->locs >> 16) & 0xff, len = (x->locs >> 24) & 0x1f;
-	if (at == 0xff || len < 8 || len > 30)
+	__u32 at = (x->locs >> 16) & 0xff;
+	__u64 len = (x->locs >> 24) & 0x1f;
+	if (at == 0xff || !at_least(len, 8) || len > 30)
 		return 0;
 	__u32 i = at & 0x3f;
 	__u8 opt[32] = {};
@@ -252,8 +253,8 @@ static __always_inline int strip_add_addr(struct __sk_buff *skb, struct cx *x)
 	 * words start at even offsets); the checksum is fixed by the
 	 * difference. */
 	__u32 start = (20 + i) & ~3u, end = (20 + i + len + 3) & ~3u;
-	__u32 span = (end - start) & 0x3c;
-	if (span == 0 || span > 40 || start < 20 || end > x->thlen)
+	__u64 span = size_upto(end - start, 0x3f); /* a multiple of 4: start and end are */
+	if (span > 40 || start < 20 || end > x->thlen)
 		return A_SKIPPED;
 	__u8 before[72] = {}, after[72];
 	if (bpf_skb_load_bytes(skb, x->l4 + start, before, span))

@@ -22,8 +22,9 @@ __noinline int mpsteer_dsn(struct __sk_buff *skb, struct cx *x, __u64 *dsn)
 {
 	if (!x || !dsn)
 		return -1;
-	__u32 at = x->locs & 0xff, n = (x->locs >> 8) & 0x1f;
-	if (at == 0xff || n < 4)
+	__u32 at = x->locs & 0xff;
+	__u64 n = (x->locs >> 8) & 0x1f;
+	if (at == 0xff || !at_least(n, 4))
 		return -1;
 	__u8 d[32] = {};
 	if (bpf_skb_load_bytes(skb, x->l4 + 20 + (at & 0x3f), d, n))
