@@ -85,6 +85,9 @@ func (m *Manager) attach(c *chain, prog *ebpf.Program, at place) (attachment, er
 		}
 		m.mode = AttachClsact // no TCX here: tc from now on
 	}
+	if err := m.holdLease(); err != nil {
+		return nil, err
+	}
 	return m.attachClsact(c, prog, at)
 }
 

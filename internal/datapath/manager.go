@@ -43,6 +43,7 @@ type Manager struct {
 	// attachment finds out; clsact the devices with chains on tc.
 	mode   AttachMode
 	clsact map[string]*clsactDev
+	lease  *lease // held while chains may sit on clsact (lease.go)
 	// loadHook, when set (by tests), is called as a chain's program is
 	// about to be built and verified; tcxHook attaches in place of
 	// link.AttachTCX (a kernel without TCX).
@@ -148,6 +149,7 @@ func (m *Manager) Close() error {
 	for _, p := range m.user {
 		p.Close()
 	}
+	m.endLease()
 	return errors.Join(errs, m.objs.Close())
 }
 
@@ -169,6 +171,7 @@ func (m *Manager) sharedMaps() map[string]*ebpf.Map {
 		"mpsteer_withheld":    m.objs.MpsteerWithheld,
 		"mpsteer_release_ids": m.objs.MpsteerReleaseIds, "mpsteer_released_ids": m.objs.MpsteerReleasedIds,
 		"mpsteer_release_count": m.objs.MpsteerReleaseCount, "mpsteer_resumes": m.objs.MpsteerResumes,
+		"mpsteer_alive": m.objs.MpsteerAlive,
 	}
 }
 

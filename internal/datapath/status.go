@@ -13,17 +13,22 @@ type ChainStatus struct {
 	Ifindex int `json:"ifindex"`
 	// Attach is how the chain sits on its hook: "tcx", or "tc clsact"
 	// (kernels before 6.6) at TCPriority; empty for a chain not attached.
-	Attach     string      `json:"attach,omitempty"`
-	TCPriority uint16      `json:"tc_priority,omitempty"`
-	Steps      []StepCount `json:"steps"`
-	Seen       uint64      `json:"seen_packets"`
-	Selected   uint64      `json:"selected_packets"`
-	Bytes      uint64      `json:"selected_bytes"`
-	Modified   uint64      `json:"modified_packets"`
-	Dropped    uint64      `json:"dropped_packets"`
-	Skipped    uint64      `json:"skipped_packets"`
-	Errors     uint64      `json:"errors"`
-	FirstNs    uint64      `json:"first_packet_ktime_ns,omitempty"`
+	Attach     string `json:"attach,omitempty"`
+	TCPriority uint16 `json:"tc_priority,omitempty"`
+	// LeaseFailures counts the renewals of the lease of chains on tc
+	// clsact that failed, with the last error (lease.go): a lease not
+	// renewed for LeaseTTL lets every such chain pass every packet.
+	LeaseFailures int         `json:"lease_renewals_failed,omitempty"`
+	LeaseError    string      `json:"lease_error,omitempty"`
+	Steps         []StepCount `json:"steps"`
+	Seen          uint64      `json:"seen_packets"`
+	Selected      uint64      `json:"selected_packets"`
+	Bytes         uint64      `json:"selected_bytes"`
+	Modified      uint64      `json:"modified_packets"`
+	Dropped       uint64      `json:"dropped_packets"`
+	Skipped       uint64      `json:"skipped_packets"`
+	Errors        uint64      `json:"errors"`
+	FirstNs       uint64      `json:"first_packet_ktime_ns,omitempty"`
 	// CPUTimeNs is the kernel's count of the time spent in the chain
 	// (entry and every step), kept while BPF run-time statistics are on
 	// (sysctl kernel.bpf_stats_enabled=1, or a benchmark holding them).
@@ -74,6 +79,9 @@ func (m *Manager) Status(id uint32) (*ChainStatus, error) {
 func (m *Manager) status(c *chain) *ChainStatus {
 	st := &ChainStatus{ChainSpec: c.spec, Ifindex: c.ifindex, ReleasePending: m.releasePending(c.spec.ID)}
 	st.Attach, st.TCPriority = c.mechanism()
+	if _, ok := c.att.(*clsactAttachment); ok && m.lease != nil && m.lease.err != nil {
+		st.LeaseFailures, st.LeaseError = m.lease.failures, m.lease.err.Error()
+	}
 	// One program: its run time covers the chain (loaded actors are
 	// reached by tail calls, which do not return).
 	st.CPUTimeNs = c.runtime()

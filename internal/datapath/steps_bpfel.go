@@ -101,6 +101,7 @@ type stepsWithheldVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	stepsMapMpsteerAlive                 = "mpsteer_alive"
 	stepsMapMpsteerChains                = "mpsteer_chains"
 	stepsMapMpsteerReleaseCount          = "mpsteer_release_count"
 	stepsMapMpsteerReleaseIds            = "mpsteer_release_ids"
@@ -180,6 +181,7 @@ type stepsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stepsMapSpecs struct {
+	MpsteerAlive        *ebpf.MapSpec `ebpf:"mpsteer_alive"`
 	MpsteerChains       *ebpf.MapSpec `ebpf:"mpsteer_chains"`
 	MpsteerReleaseCount *ebpf.MapSpec `ebpf:"mpsteer_release_count"`
 	MpsteerReleaseIds   *ebpf.MapSpec `ebpf:"mpsteer_release_ids"`
@@ -227,6 +229,7 @@ func (o *stepsObjects) Close() error {
 //
 // It can be passed to loadStepsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stepsMaps struct {
+	MpsteerAlive        *ebpf.Map `ebpf:"mpsteer_alive"`
 	MpsteerChains       *ebpf.Map `ebpf:"mpsteer_chains"`
 	MpsteerReleaseCount *ebpf.Map `ebpf:"mpsteer_release_count"`
 	MpsteerReleaseIds   *ebpf.Map `ebpf:"mpsteer_release_ids"`
@@ -241,6 +244,7 @@ type stepsMaps struct {
 
 func (m *stepsMaps) Close() error {
 	return _StepsClose(
+		m.MpsteerAlive,
 		m.MpsteerChains,
 		m.MpsteerReleaseCount,
 		m.MpsteerReleaseIds,

@@ -43,6 +43,29 @@
  * paused while it moves). Per program (.bss), set by the loader. */
 volatile __u32 paused = 0;
 
+/* The lease of chains on a tc clsact qdisc (fail open). A tc filter,
+ * unlike a TCX link, outlives the process that attached it; so where
+ * chains sit on clsact the manager keeps entry 0 at a deadline
+ * (CLOCK_MONOTONIC ns, bpf_ktime_get_ns's clock) a few seconds ahead and
+ * moves it on while it lives. Past the deadline every chain passes every
+ * packet untouched: a killed daemon's chains stop acting within the
+ * lease. 0 (TCX, whose links go with the process): no lease. One map per
+ * manager, never pinned: a dead manager's chains keep the map nobody
+ * moves on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} mpsteer_alive SEC(".maps");
+
+static __always_inline int lease_expired(void)
+{
+	__u32 zero = 0;
+	__u64 *until = bpf_map_lookup_elem(&mpsteer_alive, &zero);
+	return until && *until && bpf_ktime_get_ns() > *until;
+}
+
 /* Descriptor slot -> the chain's program (chains with loaded actors come
  * back to it). */
 struct {
@@ -156,7 +179,7 @@ static __always_inline int chain(struct __sk_buff *skb, const int release, const
 			resumed = 1;
 		}
 	}
-	if (paused)
+	if (paused || lease_expired())
 		return TCX_NEXT;
 	__u32 id = chain_id;
 	struct mpsteer_stats *st = bpf_map_lookup_elem(&mpsteer_stats, &id);
