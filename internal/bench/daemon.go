@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ type daemon struct {
 	socket string
 	dir    string
 	cmd    *exec.Cmd
+	log    string
 }
 
 // startDaemon runs `mpsteer daemon` in ns with config and waits until its
@@ -38,6 +40,7 @@ func startDaemon(binary, ns, config string) (*daemon, error) {
 		return nil, err
 	}
 	defer logf.Close()
+	d.log = logf.Name()
 	d.cmd = exec.Command("ip", "netns", "exec", ns, binary, "daemon", "--config", cfg, "--socket", d.socket)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
@@ -56,6 +59,31 @@ func startDaemon(binary, ns, config string) (*daemon, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// explain says what the daemon did last, for an error: its last actions
+// and the end of its log (which stop removes).
+func (d *daemon) explain() string {
+	var b strings.Builder
+	if st, err := d.client.Status(); err == nil {
+		acts := st.Actions
+		if len(acts) > 8 {
+			acts = acts[len(acts)-8:]
+		}
+		for _, a := range acts {
+			fmt.Fprintf(&b, "\n  action: %s %s %s: %s %s", a.At.Format("15:04:05.000000"), a.Kind, a.Target, a.Result, a.Error)
+		}
+	} else {
+		fmt.Fprintf(&b, "\n  status: %v", err)
+	}
+	if log, err := os.ReadFile(d.log); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		fmt.Fprintf(&b, "\n  the daemon's log ends:\n    %s", strings.Join(lines, "\n    "))
+	}
+	return b.String()
 }
 
 func (d *daemon) stop() {

@@ -156,7 +156,7 @@ func Reaction(ctx context.Context, binary string, n int, progress func(string)) 
 			return e.Type == pm.EventSubPriority && e.Remote == up.Local && e.Backup
 		})
 		if err != nil {
-			return nil, fmt.Errorf("subflow %d: the daemon did not make it backup: %w", i, err)
+			return nil, fmt.Errorf("subflow %d (%v → %v): the daemon did not make it backup: %w%s", i, up.Local, up.Remote, err, d.explain())
 		}
 		lat = append(lat, prio.Received.Sub(up.Received))
 		if err := cl.SubflowDestroy(token, up.Local, up.Remote); err != nil {
