@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mpsteer/internal/observe"
+	"mpsteer/internal/units"
 	"mpsteer/internal/yamlcfg"
 )
 
@@ -401,7 +402,8 @@ func (p *ATSSS) judge(now, sampled time.Time, newPoint bool, keep time.Duration,
 }
 
 // override puts the thresholds' decisions before the mode's: an access
-// out of use is backup, and usable (uncapped) while it is probed; under
+// out of use is backup, and usable while it is probed, at the
+// thresholds' probe_rate (its subflows together); under
 // modes other than active-standby (where prefer judges availability
 // itself) an unavailable access is backup too. Every reason names the
 // rule and its mode.
@@ -431,6 +433,10 @@ func (p *ATSSS) override(r *atsssRule, views []*connView, acts []Action) []Actio
 				act.Token, act.Subflow, act.Reason = v.c.Token, ID(sf), prefix+act.Reason
 				taken[act.Subflow] = true
 				out = append(out, *act)
+				if a.probing && r.Thresholds != nil && r.Thresholds.ProbeRate > 0 {
+					out = append(out, Action{Kind: Limit, Token: v.c.Token, Subflow: act.Subflow,
+						Rate: r.Thresholds.ProbeRate / units.Rate(len(a.subflows)), Reason: act.Reason + fmt.Sprintf(" (at most %s)", r.Thresholds.ProbeRate)})
+				}
 			}
 			if len(a.subflows) == 0 {
 				v.st.doing[i] = "nothing: no subflow on this access"

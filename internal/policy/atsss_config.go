@@ -130,6 +130,10 @@ type ThresholdConfig struct {
 	// ProbeInterval: an access out of use is probed this often: usable
 	// for 2 of its RTTs (at least 200 ms), its RTT and loss measured.
 	ProbeInterval time.Duration `yaml:"probe_interval" min:"100ms" max:"1h"`
+	// ProbeRate caps what an access carries on a probe (its subflows
+	// together): enough segments to measure RTT and loss, not a share
+	// of the traffic. 0: uncapped.
+	ProbeRate units.Rate `yaml:"probe_rate" min:"0bit" max:"100gbit"`
 	// LossWindow and MinSegments: loss is retransmitted over sent
 	// segments over the window, known once this many were sent in it.
 	LossWindow  time.Duration `yaml:"loss_window" min:"100ms" max:"1h"`
@@ -149,7 +153,7 @@ func defaultPriority() PriorityConfig {
 }
 
 func defaultThresholds() ThresholdConfig {
-	return ThresholdConfig{Hysteresis: 0.2, ProbeInterval: time.Second, LossWindow: time.Second, MinSegments: 50}
+	return ThresholdConfig{Hysteresis: 0.2, ProbeInterval: time.Second, ProbeRate: 2 * units.Mbit, LossWindow: time.Second, MinSegments: 50}
 }
 
 // splitSpec is load-balancing's split: access → share, or autonomous.

@@ -410,7 +410,14 @@ func TestATSSSThresholds(t *testing.T) {
 		t.Fatalf("wifi over its RTT threshold: backup %v (%v)", s.backup, s.reasons)
 	}
 	s.markShares()
-	s.run(5 * time.Second)
+	for i := 0; i < 50; i++ {
+		s.step()
+		// A probe carries at most the probe rate (2 Mbit/s by default),
+		// not the access's share.
+		if strings.Contains(s.reasons[0], "probe") && s.limit[0]*8 != 2e6 {
+			t.Fatalf("a probe of wifi capped at %.0f bit/s, want the default probe_rate 2 Mbit/s (%q)", s.limit[0]*8, s.reasons[0])
+		}
+	}
 	// Probes: one of 2 RTTs (300 ms here) a second.
 	if s.probeRounds[0] == 0 || s.probeRounds[0] > 25 {
 		t.Errorf("wifi probed in %d of 50 rounds while over its threshold", s.probeRounds[0])
