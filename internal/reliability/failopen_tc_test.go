@@ -27,24 +27,7 @@ func TestKilledDaemonsTcChainsFailOpen(t *testing.T) {
 	w := newWorld(t, 2, false)
 	t.Setenv(datapath.AttachEnv, string(datapath.AttachClsact))
 	srv := w.h.ServerAddr(1).String() + ":7310"
-	var ln net.Listener
-	if err := netnsutil.Do(w.h.Server, func() error {
-		var err error
-		ln, err = net.Listen("tcp", srv)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testutil.ServeIn(t, w.h.Server, srv, false, nil)
 	dial := func() error {
 		return netnsutil.Do(w.h.Client, func() error {
 			d := net.Dialer{Timeout: 300 * time.Millisecond, LocalAddr: &net.TCPAddr{IP: w.h.ClientAddr(1).AsSlice()}}

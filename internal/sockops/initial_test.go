@@ -42,28 +42,14 @@ func TestInitialBinderBindsMPTCPConnects(t *testing.T) {
 		}
 	}
 	var cookie uint64
-	var ln net.Listener
-	err := netnsutil.Do(ns, func() error {
+	if err := netnsutil.Do(ns, func() error {
 		var err error
-		if cookie, err = bpfutil.NetNSCookie(); err != nil {
-			return err
-		}
-		ln, err = net.Listen("tcp4", "10.9.0.1:0")
+		cookie, err = bpfutil.NetNSCookie()
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := testutil.ServeIn(t, ns, "10.9.0.1:0", false, nil)
 	port := ln.Addr().(*net.TCPAddr).Port
 
 	b, err := NewInitialBinder(cookie)

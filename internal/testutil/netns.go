@@ -51,3 +51,42 @@ func Netns(t testing.TB, prefix string) string {
 	t.Cleanup(func() { netnsutil.Delete(ns) })
 	return ns
 }
+
+// ServeIn listens on addr inside the named network namespace (MPTCP
+// when mptcp) and hands every connection it accepts to serve in a
+// goroutine of its own (nil: close it at once). The listener closes when
+// the test ends.
+func ServeIn(t testing.TB, ns, addr string, mptcp bool, serve func(net.Conn)) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	if err := netnsutil.Do(ns, func() error {
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(mptcp)
+		var err error
+		ln, err = lc.Listen(context.Background(), "tcp", addr)
+		return err
+	}); err != nil {
+		t.Fatalf("listen on %s in %s: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if serve == nil {
+		serve = func(c net.Conn) { c.Close() }
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return ln
+}
+
+// Discard reads a connection to its end and closes it (a sink for
+// ServeIn).
+func Discard(c net.Conn) {
+	io.Copy(io.Discard, c)
+	c.Close()
+}

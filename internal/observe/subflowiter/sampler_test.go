@@ -1,9 +1,7 @@
 package subflowiter_test
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -34,32 +32,14 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 	if err := testutil.DialPM(t, h.Server).SetLimits(pm.Limits{Subflows: 2, AddAddrAccepted: 2}); err != nil {
 		t.Fatal(err)
 	}
-	var ln net.Listener
-	var err error
-	if err := netnsutil.Do(h.Server, func() error {
-		var lc net.ListenConfig
-		lc.SetMultipathTCP(true)
-		ln, err = lc.Listen(context.Background(), "tcp", "0.0.0.0:5400")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			s, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, s); s.Close() }()
-		}
-	}()
+	testutil.ServeIn(t, h.Server, "0.0.0.0:5400", true, testutil.Discard)
 	const conns = 4
 	for i := 0; i < conns; i++ {
 		var cn net.Conn
 		if err := netnsutil.Do(h.Client, func() error {
 			var d net.Dialer
 			d.SetMultipathTCP(true)
+			var err error
 			cn, err = d.Dial("tcp", h.ServerAddr(1).String()+":5400")
 			return err
 		}); err != nil {
