@@ -99,6 +99,11 @@ func parseTCPBest(vm *yamlcfg.Map, v *Variant, ec *eventContext) {
 			vm.Errorf("path", "a path of this scenario is named %q, so path: %s is ambiguous; rename that path", BestPath, BestPath)
 			return
 		}
+		if len(candidates) == 0 {
+			// No path to choose from: the scenario's paths are missing,
+			// which parse reports at paths.
+			return
+		}
 		v.BestOf = candidates
 		// What builds one world (lab up) gets the first candidate.
 		v.Paths = []string{candidates[0]}
