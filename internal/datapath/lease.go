@@ -77,11 +77,15 @@ func (m *Manager) holdLease() error {
 }
 
 // endLease stops moving the deadline on (Close, once no chain acts).
+// Without m.mu held: the goroutine may be waiting for it.
 func (m *Manager) endLease() {
-	if m.lease == nil {
+	m.mu.Lock()
+	l := m.lease
+	m.lease = nil
+	m.mu.Unlock()
+	if l == nil {
 		return
 	}
-	close(m.lease.stop)
-	<-m.lease.done
-	m.lease = nil
+	close(l.stop)
+	<-l.done
 }

@@ -102,6 +102,9 @@ func TestFuzzRegressionInputs(t *testing.T) {
 		"deep-nesting":                 "f.yaml:1: paths" + strings.Repeat("[0]", 63) + ": mappings and lists are nested deeper than 64 levels",
 		"flows-interval-0s":            "f.yaml:2: traffic[0].interval: 0s is out of range (valid: 1ms to 1h)",
 		"flows-beyond-the-longest-run": "f.yaml:2: traffic[0].count: the generator would end at 100000h, after the longest run (1h)",
+		// path: best with no paths (the file says pathX:): an index into
+		// an empty list of candidates, found by the fuzzer.
+		"tcp-best-path-best-without-paths": "paths: a scenario needs at least one path",
 	}
 	files, _ := filepath.Glob("testdata/fuzz/FuzzParseScenario/*")
 	if len(files) != len(want) {
