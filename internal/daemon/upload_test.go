@@ -85,10 +85,16 @@ func (u *watchedUpload) carry(a netip.Addr, n uint64, within time.Duration) (uin
 }
 
 // ccs: the congestion controls of the subflows from local address a.
-func (u *watchedUpload) ccs(a netip.Addr) []string {
+func (u *watchedUpload) ccs(a netip.Addr) []string { return u.ccsExcept(a, nil) }
+
+// ccsExcept is ccs without the subflows of the connections in skip (by
+// token).
+func (u *watchedUpload) ccsExcept(a netip.Addr, skip map[uint32]bool) []string {
 	var out []string
 	for _, sf := range u.subflows(a) {
-		out = append(out, sf.CC)
+		if !skip[sf.Token] {
+			out = append(out, sf.CC)
+		}
 	}
 	return out
 }
