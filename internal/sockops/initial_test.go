@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -19,28 +17,7 @@ import (
 // to the chosen address at connect(), and leaves plain TCP, bound sockets
 // and a cleared choice alone.
 func TestInitialBinderBindsMPTCPConnects(t *testing.T) {
-	testutil.RequireRoot(t, "network namespaces and BPF programs")
-	testutil.RequireTool(t, "ip")
-	if _, err := os.Stat("/proc/sys/net/mptcp/enabled"); err != nil {
-		testutil.Unavailable(t, "this kernel has no MPTCP")
-	}
-	ns := fmt.Sprintf("mpsteer-initial-%d", os.Getpid())
-	if err := netnsutil.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netnsutil.Delete(ns) })
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "d0", "type", "veth", "peer", "name", "d1"},
-		{"link", "set", "d1", "up"},
-		{"addr", "add", "10.9.0.1/24", "dev", "d0"},
-		{"addr", "add", "10.9.1.1/24", "dev", "d0"},
-		{"link", "set", "d0", "up"},
-	} {
-		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
+	ns := vethNS(t, "mpsteer-initial-", "10.9.0.1/24", "10.9.1.1/24")
 	var cookie uint64
 	if err := netnsutil.Do(ns, func() error {
 		var err error

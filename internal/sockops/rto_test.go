@@ -3,8 +3,6 @@ package sockops
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -12,7 +10,6 @@ import (
 
 	"mpsteer/internal/bpfutil"
 	"mpsteer/internal/netnsutil"
-	"mpsteer/internal/testutil"
 )
 
 // Subflows established before the RTO program was there (a policy given
@@ -20,27 +17,7 @@ import (
 // of their local address and TCP_NOTSENT_LOWAT; plain TCP sockets are
 // left alone.
 func TestApplyToExistingSubflows(t *testing.T) {
-	testutil.RequireRoot(t, "network namespaces and BPF programs")
-	testutil.RequireTool(t, "ip")
-	if _, err := os.Stat("/proc/sys/net/mptcp/enabled"); err != nil {
-		testutil.Unavailable(t, "this kernel has no MPTCP")
-	}
-	ns := fmt.Sprintf("mpsteer-rtoex-%d", os.Getpid())
-	if err := netnsutil.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netnsutil.Delete(ns) })
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "d0", "type", "veth", "peer", "name", "d1"},
-		{"link", "set", "d1", "up"},
-		{"addr", "add", "10.9.0.1/24", "dev", "d0"},
-		{"link", "set", "d0", "up"},
-	} {
-		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
+	ns := vethNS(t, "mpsteer-rtoex-", "10.9.0.1/24")
 	const mptcp = 262 // IPPROTO_MPTCP
 	var cookie uint64
 	var fds []int
