@@ -156,7 +156,8 @@ func (r *variantRun) runBetween(ctx context.Context, i int, t scenario.Traffic, 
 	switch t.Kind {
 	case scenario.Bulk:
 		b := &traffic.Bulk{ClientNS: e.clientNS, ServerNS: e.serverNS, Server: netip.AddrPortFrom(e.serverAddr, port),
-			Proto: r.proto(), Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams, Rates: appRates(t)}
+			Proto: r.proto(), Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams, Rates: appRates(t),
+			BlockingReader: t.Reader == scenario.ReaderBlocking}
 		meter(&b.Meter)
 		if err := wait(t.Start); err != nil {
 			return out, err
@@ -211,7 +212,8 @@ func (r *variantRun) runCompetitor(ctx context.Context, i int, t scenario.Traffi
 		return fmt.Errorf("the competitor's path %s is not in this world", t.Path)
 	}
 	b := &traffic.Bulk{ClientNS: clientNS, ServerNS: serverNS, Server: netip.AddrPortFrom(p.Server.Addr, competitorPort(i)),
-		Local: p.Client.Addr, Proto: traffic.TCP, Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams, Rates: appRates(t)}
+		Local: p.Client.Addr, Proto: traffic.TCP, Upload: t.Upload, Duration: t.Duration, Size: int64(t.Size), Streams: t.Streams, Rates: appRates(t),
+		BlockingReader: t.Reader == scenario.ReaderBlocking}
 	select {
 	case <-time.After(r.t0 + t.Start - traffic.Now()):
 	case <-ctx.Done():

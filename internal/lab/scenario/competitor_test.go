@@ -12,7 +12,7 @@ paths:
 core: {links: 1, rate: 40mbit, delay: 10ms}
 traffic:
   - {type: bulk, duration: 10s, direction: down}
-  - {type: bulk, duration: 10s, competitor: true, path: b, streams: 2}
+  - {type: bulk, duration: 10s, competitor: true, path: b, streams: 2, reader: blocking}
   - {type: bulk, duration: 10s, competitor: true}
 variants:
   - mptcp
@@ -30,6 +30,9 @@ func TestCompetitor(t *testing.T) {
 	c, d := s.Traffic[1], s.Traffic[2]
 	if !c.Competitor || c.Path != "b" || c.Streams != 2 || c.Upload || c.Measured(s) {
 		t.Errorf("competitor %+v", c)
+	}
+	if c.Reader != ReaderBlocking || d.Reader != ReaderPoll || s.Traffic[0].Reader != ReaderPoll {
+		t.Errorf("readers: %q %q %q, want blocking where set, else poll", c.Reader, d.Reader, s.Traffic[0].Reader)
 	}
 	if !d.Competitor || d.Path != "a" || d.Upload {
 		t.Errorf("competitor without a path: %+v", d)
@@ -55,6 +58,8 @@ func TestCompetitorErrors(t *testing.T) {
 			`traffic at line 6 is a competitor, but there is no measured traffic`},
 		{"best", base + "traffic:\n  - {type: bulk, duration: 5s}\n  - {type: bulk, duration: 5s, competitor: true}\nvariants:\n  - {name: tcp-best, kind: tcp, path: best}\n",
 			`variant tcp-best (line 9) measures TCP over each of a, b in turn`},
+		{"reader", base + "traffic:\n  - {type: bulk, duration: 5s, reader: select}\n",
+			`s.yaml:6: traffic[0].reader: "select" is not valid (valid: poll, blocking)`},
 		{"flows", base + "traffic:\n  - {type: flows, sizes: [1KiB], competitor: true}\n", `traffic[0].competitor: unknown key "competitor"`},
 		{"announce direct", "paths:\n  - {name: a, announce: false}\ntraffic: [{type: bulk, duration: 1s}]\n",
 			`s.yaml:2: paths[0].announce: announce says whether the server announces a via-core path's own address; this path is direct`},

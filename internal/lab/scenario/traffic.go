@@ -34,6 +34,9 @@ type Traffic struct {
 	// streams together), each from its At (from the transfer's start) to
 	// the next; none: as fast as the connection takes.
 	AppRates []RateStep
+	// Reader: how the receiving application reads a bulk transfer,
+	// ReaderPoll or ReaderBlocking.
+	Reader string
 	// Competitor: single-path TCP over Path beside the measured traffic,
 	// measured apart (competitor.go).
 	Competitor bool
@@ -54,6 +57,14 @@ type Traffic struct {
 	Rate     units.Rate
 	Line     int
 }
+
+// How a bulk transfer's receiving application reads (the traffic key
+// reader): through Go's poller (epoll, then read; most servers read so),
+// or asleep in recv(2), a thread per connection.
+const (
+	ReaderPoll     = "poll"
+	ReaderBlocking = "blocking"
+)
 
 // RateStep is an application's sending rate from At on.
 type RateStep struct {
@@ -146,6 +157,7 @@ func parseTraffic(t *yamlcfg.Map, paths map[string]bool, tn *Tenants) Traffic {
 		tr.Upload = t.Enum("direction", "up", "up", "down") == "up"
 		tr.Streams = t.Int("streams", 1, 1, MaxStreams)
 		tr.AppRates = parseAppRates(t, tr.Duration)
+		tr.Reader = t.Enum("reader", ReaderPoll, ReaderPoll, ReaderBlocking)
 		parseCompetitor(t, &tr, paths, tn)
 	case Flows:
 		sizes := t.Strings("sizes")

@@ -15,7 +15,10 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"mpsteer/internal/monoclock"
 	"mpsteer/internal/netnsutil"
@@ -157,6 +160,10 @@ type Bulk struct {
 	// Rates: the sending application's rate schedule (all streams
 	// together; none: as fast as the connections take).
 	Rates []RateStep
+	// BlockingReader: the receiving application sleeps in recv(2) (one
+	// thread per connection) instead of reading through Go's poller
+	// (epoll, then read); see receiveBlocking.
+	BlockingReader bool
 	// Meter counts what the receiving application read.
 	Meter Meter
 }
@@ -286,7 +293,11 @@ func (b *Bulk) Run(ctx context.Context) (BulkResult, error) {
 		}()
 		go func() {
 			defer wg.Done()
-			errs[2*i+1] = receive(dsts[i], &b.Meter)
+			if b.BlockingReader {
+				errs[2*i+1] = receiveBlocking(ctx, dsts[i], &b.Meter)
+			} else {
+				errs[2*i+1] = receive(dsts[i], &b.Meter)
+			}
 		}()
 	}
 	wg.Wait()
@@ -374,6 +385,62 @@ func receive(c net.Conn, m *Meter) error {
 			return fmt.Errorf("receive: %w", err)
 		}
 	}
+}
+
+// blockingPoll is how often a blocking reader with nothing to read looks
+// whether the transfer was called off.
+const blockingPoll = 200 * time.Millisecond
+
+// receiveBlocking reads as an application blocked in recv(2) does: its
+// thread sleeps in the kernel until data come, instead of being woken by
+// epoll and then reading. The two differ on MPTCP, whose receive path
+// moves data from the subflows to the connection in the reader's context
+// (docs/results.md, coupled congestion control: the share an MPTCP
+// connection takes beside TCP depends on it). The socket is switched to
+// blocking mode with a receive timeout, so that the reader sees ctx end.
+func receiveBlocking(ctx context.Context, c net.Conn, m *Meter) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("receive: %T has no file descriptor to block on", c)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("receive: %w", err)
+	}
+	buf := make([]byte, 256<<10)
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		if rerr = unix.SetNonblock(int(fd), false); rerr != nil {
+			return true
+		}
+		tv := unix.NsecToTimeval(blockingPoll.Nanoseconds())
+		if rerr = unix.SetsockoptTimeval(int(fd), unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); rerr != nil {
+			return true
+		}
+		for {
+			n, err := unix.Read(int(fd), buf)
+			switch {
+			case n > 0:
+				m.add(n)
+			case err == nil:
+				return true // the sender closed: everything was read
+			case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+				if rerr = ctx.Err(); rerr != nil {
+					return true
+				}
+			default:
+				rerr = err
+				return true
+			}
+		}
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("receive: %w", err)
+	}
+	return nil
 }
 
 // Flows opens short connections one after another and measures how long
