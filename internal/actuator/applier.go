@@ -20,10 +20,13 @@ type Applier struct {
 // Apply makes the flags and caps of plan hold for the established
 // subflows est (the whole namespace). refresh: a sample round (the kernel's
 // endpoints are read again, refusals that no one asks about any more are
-// forgotten).
+// forgotten). The caps go first: a subflow that a round both caps and
+// takes out of backup (a probe under the ATSSS thresholds) is capped
+// before MPTCP may hand it data (the pacing way applies a cap at once,
+// sockops.Pacer), not one burst later.
 func (a *Applier) Apply(plan policy.Plan, est []observe.Subflow, joinBackup, refresh bool, now time.Time) []api.ActionRecord {
-	recs := a.Flags.Apply(plan.Backup, est, Round{Now: now, Refresh: refresh, JoinBackup: joinBackup})
-	recs = append(recs, a.Rates.Apply(plan.Limits, est, now)...)
+	recs := a.Rates.Apply(plan.Limits, est, now)
+	recs = append(recs, a.Flags.Apply(plan.Backup, est, Round{Now: now, Refresh: refresh, JoinBackup: joinBackup})...)
 	if refresh {
 		a.Gate.sweep()
 	}

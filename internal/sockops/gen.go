@@ -14,6 +14,7 @@ package sockops
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel rto bpf/rto.bpf.c -- -I./bpf
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel rtoexisting bpf/rtoexisting.bpf.c -- -I./bpf
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel rate bpf/rate.bpf.c -- -I./bpf
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -no-global-types -target bpfel ratenow bpf/ratenow.bpf.c -- -I./bpf
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -no-global-types -target bpfel capcc bpf/capcc.bpf.c -- -I./bpf
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel initial bpf/initial.bpf.c -- -I./bpf
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel health bpf/health.bpf.c -- -I./bpf

@@ -43,7 +43,11 @@ const (
 // sockops program on each subflow's next ACK after the rate changes, in
 // one of the CapWays. It sees the subflows established after it was
 // attached (it asks the kernel for a callback on every RTT sample of
-// each); older subflows are not limited.
+// each); older subflows are not limited. ByPacing also applies a changed
+// cap at once, by a TCP socket iterator (bpf/ratenow.bpf.c) that Set
+// runs: an idle subflow, which has no ACK to come, is capped before it
+// is handed data. Where the kernel refuses the iterator, caps wait for
+// the next ACK (Stats: at_once_unavailable).
 type Pacer struct {
 	mu     sync.Mutex
 	way    CapWay
@@ -53,6 +57,11 @@ type Pacer struct {
 	ccLink link.Link
 	ccName string
 	want   map[Subflow4]uint64 // bytes per second
+	// ByPacing: the iterator that applies caps at once (nil: refused,
+	// nowErr says why).
+	now     ratenowObjects
+	nowLink *link.Iter
+	nowErr  error
 }
 
 // NewPacer loads and attaches the program for the network namespace with
@@ -87,7 +96,56 @@ func NewPacer(netnsCookie uint64, way CapWay) (*Pacer, error) {
 		p.objs.Close()
 		return nil, err
 	}
+	if way == ByPacing {
+		p.nowErr = p.loadNow()
+	}
 	return p, nil
+}
+
+// loadNow loads the iterator that applies caps at once, on the rate
+// program's map.
+func (p *Pacer) loadNow() error {
+	spec, err := loadRatenow()
+	if err != nil {
+		return err
+	}
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"rate_limit": p.objs.RateLimit}}
+	if err := spec.LoadAndAssign(&p.now, opts); err != nil {
+		return fmt.Errorf("load the TCP iterator that applies caps at once: %w", bpfutil.VerifierDetail(err))
+	}
+	if p.nowLink, err = link.AttachIter(link.IterOptions{Program: p.now.MpsteerRateNow}); err != nil {
+		p.now.Close()
+		return fmt.Errorf("attach the TCP iterator that applies caps at once: %w", err)
+	}
+	return nil
+}
+
+// AtOnceErr says why caps wait for each subflow's next ACK (nil: they
+// are applied at once).
+func (p *Pacer) AtOnceErr() error {
+	if p.way != ByPacing {
+		return errors.New("caps held by the capping congestion control take effect on the next ACK")
+	}
+	return p.nowErr
+}
+
+// applyNow runs the iterator over the namespace's TCP sockets: every
+// subflow whose cap changed takes it now.
+func (p *Pacer) applyNow() error {
+	if p.nowLink == nil {
+		return nil
+	}
+	if err := bpfutil.RunIter(p.nowLink); err != nil {
+		return fmt.Errorf("run the TCP iterator that applies caps: %w", err)
+	}
+	return nil
+}
+
+func (p *Pacer) closeNow() error {
+	if p.nowLink == nil {
+		return nil
+	}
+	return errors.Join(p.nowLink.Close(), p.now.Close())
 }
 
 // loadCC loads the capping congestion control on the rate program's map
@@ -162,6 +220,7 @@ func (p *Pacer) Set(want map[Subflow4]uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs error
+	changed := false
 	for sf, old := range p.want {
 		if _, keep := want[sf]; keep || old == Unlimited {
 			continue
@@ -170,7 +229,7 @@ func (p *Pacer) Set(want map[Subflow4]uint64) error {
 			errs = errors.Join(errs, err)
 			continue
 		}
-		p.want[sf] = Unlimited
+		p.want[sf], changed = Unlimited, true
 	}
 	for sf, r := range want {
 		if p.want[sf] == r {
@@ -180,7 +239,10 @@ func (p *Pacer) Set(want map[Subflow4]uint64) error {
 			errs = errors.Join(errs, err)
 			continue
 		}
-		p.want[sf] = r
+		p.want[sf], changed = r, true
+	}
+	if changed {
+		errs = errors.Join(errs, p.applyNow())
 	}
 	return errs
 }
@@ -233,6 +295,16 @@ func (p *Pacer) Stats() map[string]uint64 {
 			out[name] = v
 		}
 	}
+	if p.nowLink != nil {
+		for i, name := range []string{"set_at_once", "failed_at_once"} {
+			var v uint64
+			if err := p.now.RatenowStats.Lookup(uint32(i), &v); err == nil {
+				out[name] = v
+			}
+		}
+	} else if p.way == ByPacing {
+		out["at_once_unavailable"] = 1
+	}
 	if p.ccLink != nil {
 		for i, name := range []string{"cc_acks", "cc_windows_cut"} {
 			var per []uint64
@@ -249,9 +321,10 @@ func (p *Pacer) Stats() map[string]uint64 {
 }
 
 // Close lifts every limit, gives the sockets up to wait to take that on
-// their next ACKs, then detaches and unloads. A limit a socket has not
-// taken by then (an idle subflow) stays on it: the subflow keeps working,
-// at that rate, and the others are not limited.
+// their next ACKs (ByPacing with the iterator: at once), then detaches
+// and unloads. A limit a socket has not taken by then (an idle subflow
+// under the capping congestion control) stays on it: the subflow keeps
+// working, at that rate, and the others are not limited.
 func (p *Pacer) Close(wait time.Duration) error {
 	lift := p.Set(nil)
 	deadline := time.Now().Add(wait)
@@ -273,7 +346,7 @@ func (p *Pacer) Close(wait time.Duration) error {
 	// A subflow still on the capping congestion control keeps it (and its
 	// cap) after this: the kernel holds the registration for the sockets
 	// that use it.
-	return errors.Join(lift, p.link.Close(), p.closeCC(), p.objs.Close())
+	return errors.Join(lift, p.link.Close(), p.closeNow(), p.closeCC(), p.objs.Close())
 }
 
 // ProbeCongestionControl registers the capping congestion control under a

@@ -168,12 +168,7 @@ func (r *RTOCapper) ApplyToExisting(notsent int) error {
 	if err := r.existing.ExistingConf.Put(uint32(0), &conf); err != nil {
 		return fmt.Errorf("the existing subflows' settings: %w", err)
 	}
-	rd, err := r.iter.Open()
-	if err != nil {
-		return fmt.Errorf("the existing subflows' iterator: %w", err)
-	}
-	defer rd.Close()
-	if _, err := io.Copy(io.Discard, rd); err != nil {
+	if err := bpfutil.RunIter(r.iter); err != nil {
 		return fmt.Errorf("the existing subflows' iterator: %w", err)
 	}
 	return nil

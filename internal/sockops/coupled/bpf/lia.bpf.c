@@ -14,7 +14,6 @@ static __u32 coupled_window(struct coupled_conn *c, __u32 self, struct tcp_sock 
 SEC("struct_ops")
 void BPF_PROG(lia_init, struct sock *sk)
 {
-	sk->sk_pacing_status = SK_PACING_NEEDED;
 	coupled_join(sk);
 }
 

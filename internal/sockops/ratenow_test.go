@@ -1,0 +1,99 @@
+package sockops
+
+import (
+	"net/netip"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"mpsteer/internal/bpfutil"
+	"mpsteer/internal/netnsutil"
+)
+
+// A cap set on a connection that sends nothing (a backup subflow) is on
+// its socket at once, not on an ACK that would come only after it sent;
+// lifting it is as immediate; the connection's other end is left alone.
+func TestPacerCapsAnIdleSocketAtOnce(t *testing.T) {
+	ns := vethNS(t, "mpsteer-ratenow-", "10.9.0.1/24")
+	var cookie uint64
+	var client, server int
+	var sf Subflow4
+	err := netnsutil.Do(ns, func() error {
+		var err error
+		if cookie, err = bpfutil.NetNSCookie(); err != nil {
+			return err
+		}
+		ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(ln)
+		if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{10, 9, 0, 1}}); err != nil {
+			return err
+		}
+		if err := unix.Listen(ln, 1); err != nil {
+			return err
+		}
+		lsa, err := unix.Getsockname(ln)
+		if err != nil {
+			return err
+		}
+		if client, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP); err != nil {
+			return err
+		}
+		if err := unix.Connect(client, lsa); err != nil {
+			return err
+		}
+		if server, _, err = unix.Accept(ln); err != nil {
+			return err
+		}
+		csa, err := unix.Getsockname(client)
+		if err != nil {
+			return err
+		}
+		addr := netip.AddrFrom4([4]byte{10, 9, 0, 1})
+		sf = Subflow4{Local: netip.AddrPortFrom(addr, uint16(csa.(*unix.SockaddrInet4).Port)),
+			Remote: netip.AddrPortFrom(addr, uint16(lsa.(*unix.SockaddrInet4).Port))}
+		return nil
+	})
+	t.Cleanup(func() { unix.Close(client); unix.Close(server) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPacer(cookie, ByPacing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(0)
+	if err := p.AtOnceErr(); err != nil {
+		t.Fatalf("caps are not applied at once on this kernel: %v", err)
+	}
+	pacing := func(fd int) uint64 {
+		v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	set := func(want map[Subflow4]uint64) {
+		t.Helper()
+		if err := netnsutil.Do(ns, func() error { return p.Set(want) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const capBps = 250_000 // 2 Mbit/s
+	set(map[Subflow4]uint64{sf: capBps})
+	if got := pacing(client); got != capBps {
+		t.Fatalf("the idle socket's maximum pacing rate is %d B/s right after Set, want %d B/s", got, capBps)
+	}
+	if got := pacing(server); got == capBps {
+		t.Fatalf("the other end was capped too (%d B/s)", got)
+	}
+	if st := p.Stats(); st["set_at_once"] != 1 || st["failed_at_once"] != 0 {
+		t.Fatalf("stats %v: want one cap set at once, none failed", st)
+	}
+	set(nil)
+	if got := pacing(client); got < Unlimited {
+		t.Fatalf("after the cap was lifted the socket's maximum pacing rate is %d B/s, want none (≥ %d)", got, Unlimited)
+	}
+}
