@@ -393,11 +393,12 @@ const blockingPoll = 200 * time.Millisecond
 
 // receiveBlocking reads as an application blocked in recv(2) does: its
 // thread sleeps in the kernel until data come, instead of being woken by
-// epoll and then reading. The two differ on MPTCP, whose receive path
-// moves data from the subflows to the connection in the reader's context
-// (docs/results.md, coupled congestion control: the share an MPTCP
-// connection takes beside TCP depends on it). The socket is switched to
-// blocking mode with a receive timeout, so that the reader sees ctx end.
+// epoll and then reading. On MPTCP the two give the sender different
+// shares of a shared bottleneck (docs/results.md, coupled congestion
+// control: measured, the cause not established; MPTCP's receive path
+// does part of its work in the reader's context). The socket is switched
+// to blocking mode with a receive timeout, so that the reader sees ctx
+// end.
 func receiveBlocking(ctx context.Context, c net.Conn, m *Meter) error {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
