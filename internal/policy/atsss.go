@@ -403,7 +403,9 @@ func (p *ATSSS) judge(now, sampled time.Time, newPoint bool, keep time.Duration,
 
 // override puts the thresholds' decisions before the mode's: an access
 // out of use is backup, and usable while it is probed, at the
-// thresholds' probe_rate (its subflows together); under
+// thresholds' probe_rate (its subflows together) from the probe's start
+// until it is back in use (a probe's end does not lift the cap: what the
+// probe left queued on its subflows drains at that rate); under
 // modes other than active-standby (where prefer judges availability
 // itself) an unavailable access is backup too. Every reason names the
 // rule and its mode.
@@ -433,9 +435,10 @@ func (p *ATSSS) override(r *atsssRule, views []*connView, acts []Action) []Actio
 				act.Token, act.Subflow, act.Reason = v.c.Token, ID(sf), prefix+act.Reason
 				taken[act.Subflow] = true
 				out = append(out, *act)
-				if a.probing && r.Thresholds != nil && r.Thresholds.ProbeRate > 0 {
+				outOfUse := a.probing || !a.usable && a.available
+				if outOfUse && r.Thresholds != nil && r.Thresholds.ProbeRate > 0 {
 					out = append(out, Action{Kind: Limit, Token: v.c.Token, Subflow: act.Subflow,
-						Rate: r.Thresholds.ProbeRate / units.Rate(len(a.subflows)), Reason: act.Reason + fmt.Sprintf(" (at most %s)", r.Thresholds.ProbeRate)})
+						Rate: r.Thresholds.ProbeRate / units.Rate(len(a.subflows)), Reason: act.Reason + fmt.Sprintf(" (at most %s until back in use)", r.Thresholds.ProbeRate)})
 				}
 			}
 			if len(a.subflows) == 0 {
