@@ -47,6 +47,8 @@ type Rates struct {
 	dp       func() (*datapath.Manager, error)
 	chains   map[policy.SubflowID]uint32 // rwnd: one chain per capped subflow
 	caps     map[policy.SubflowID]capState
+	// atOnceSaid: AtOnceProblem has been asked since the pacer loaded.
+	atOnceSaid bool
 }
 
 type capState struct {
@@ -80,6 +82,21 @@ func (a *Rates) Ready() error {
 		return err
 	}
 	a.pacer = p
+	return nil
+}
+
+// AtOnceProblem says, once after the pacer has loaded, why its caps take
+// hold on each subflow's next ACK instead of at once (sockops.Pacer's
+// socket iterator refused by the kernel); nil when they take hold at
+// once, for the other ways, or when it was said already.
+func (a *Rates) AtOnceProblem() error {
+	if a.pacer == nil || a.atOnceSaid || a.via != RatePacing {
+		return nil
+	}
+	a.atOnceSaid = true
+	if p, ok := a.pacer.(interface{ AtOnceErr() error }); ok {
+		return p.AtOnceErr()
+	}
 	return nil
 }
 

@@ -93,3 +93,35 @@ func TestRefusedCapsWaitTheirBackoff(t *testing.T) {
 		t.Fatalf("%d writes in 2 s of refusals, want 2 (a backoff of 1 s)", p.sets)
 	}
 }
+
+// slowPacer is a pacer whose caps wait for the next ACK.
+type slowPacer struct {
+	fakePacer
+	why error
+}
+
+func (p *slowPacer) AtOnceErr() error { return p.why }
+
+// Why caps do not take hold at once is said once, and only when a pacer
+// says so.
+func TestRatesSayOnceWhyCapsWaitForAnACK(t *testing.T) {
+	r, _ := newTestRates(t, &fakePacer{})
+	if err := r.AtOnceProblem(); err != nil {
+		t.Fatalf("a pacer with no such problem: %v", err)
+	}
+	why := errors.New("the kernel refused the iterator")
+	r = NewRates(RatePacing, 0, &Gate{}, nil)
+	r.newPacer = func(uint64, sockops.CapWay) (Pacer, error) { return &slowPacer{why: why}, nil }
+	if err := r.AtOnceProblem(); err != nil {
+		t.Fatalf("before the pacer is loaded: %v", err)
+	}
+	if err := r.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AtOnceProblem(); !errors.Is(err, why) {
+		t.Fatalf("got %v, want %v", err, why)
+	}
+	if err := r.AtOnceProblem(); err != nil {
+		t.Fatalf("said twice: %v", err)
+	}
+}

@@ -21,6 +21,9 @@ func (d *Daemon) syncRequirements() {
 		if err := d.apply.rates.Ready(); err != nil {
 			d.log.Printf("rate caps cannot be set (rate_via: %s): %v", d.cfg.RateVia, err)
 		}
+		if err := d.apply.rates.AtOnceProblem(); err != nil {
+			d.log.Printf("rate caps take hold on each subflow's next ACK, not at once (an idle subflow's first burst is not capped): %v", err)
+		}
 	}
 	d.syncInitial(req)
 	d.syncRTO(req)
