@@ -256,8 +256,21 @@ func TestIncrementalStaysSinglePathForShortFlowsAndGrows(t *testing.T) {
 	if st, err = cli.Client.Status(); err != nil {
 		t.Fatal(err)
 	}
+	// Once per step; a second creation for the same step is the
+	// reconciler trying again after a join it asked for did not show up
+	// in time (seen in CI's emulated guests), and must not leave two
+	// subflows on the pair.
 	cr := actionsOf(st, "create", "applied")
-	if len(cr) != 1 || !strings.Contains(cr[0].Reason, "step 1 (300KiB)") {
-		t.Fatalf("creations %+v", cr)
+	if len(cr) == 0 {
+		t.Fatalf("no creation applied: %+v", st.Actions)
+	}
+	for _, c := range cr {
+		if !strings.Contains(c.Reason, "step 1 (300KiB)") {
+			t.Fatalf("creations %+v", cr)
+		}
+	}
+	cli.WaitRounds(t, 5)
+	if n := pairs(t, s)[h.ClientAddr(2).String()+"→"+h.ServerAddr(1).String()]; n != 1 {
+		t.Fatalf("%d subflows on the second pair after the first step, want 1 (creations %+v)", n, cr)
 	}
 }
