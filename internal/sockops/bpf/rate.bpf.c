@@ -13,9 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#define SOL_SOCKET 1
 #define SOL_TCP 6
-#define SO_MAX_PACING_RATE 47
 #define TCP_CONGESTION 13
 
 #include "rate.h"
@@ -116,14 +114,10 @@ static __always_inline void apply(struct bpf_sock_ops *skops)
 		apply_cc(skops, v);
 		return;
 	}
-	/* bpf_setsockopt takes an int here; ~0U means no limit. */
-	__u32 rate = v->rate >= RATE_UNLIMITED ? (__u32)RATE_UNLIMITED : (__u32)v->rate;
-	if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) == 0) {
-		v->applied = rate;
+	if (set_pacing(skops, v) == 0)
 		rcount(RSTAT_SET);
-	} else {
+	else
 		rcount(RSTAT_FAILED);
-	}
 }
 
 SEC("sockops")

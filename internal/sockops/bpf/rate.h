@@ -8,6 +8,9 @@
 #define AF_INET 2
 #define AF_INET6 10
 
+#define SOL_SOCKET 1
+#define SO_MAX_PACING_RATE 47
+
 #define RATE_UNLIMITED 0xffffffffULL /* bytes per second: no cap */
 
 /* How a cap is held (rate_val.via). */
@@ -38,5 +41,18 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct rate_val);
 } rate_limit SEC(".maps");
+
+/* set_pacing puts v's cap on a socket as its SO_MAX_PACING_RATE (an int
+ * from BPF, ~0U meaning no limit) and records it as applied; sk is the
+ * program's socket (a bpf_sock_ops in sockops, a tcp_sock in an
+ * iterator). Returns 0 on success. */
+static __always_inline long set_pacing(void *sk, struct rate_val *v)
+{
+	__u32 rate = v->rate >= RATE_UNLIMITED ? (__u32)RATE_UNLIMITED : (__u32)v->rate;
+	long err = bpf_setsockopt(sk, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate));
+	if (!err)
+		v->applied = rate;
+	return err;
+}
 
 #endif

@@ -11,8 +11,6 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#define SOL_SOCKET 1
-#define SO_MAX_PACING_RATE 47
 #define TCP_ESTABLISHED 1
 
 #include "rate.h"
@@ -61,14 +59,10 @@ int mpsteer_rate_now(struct bpf_iter__tcp *ctx)
 	struct rate_val *v = bpf_map_lookup_elem(&rate_limit, &k);
 	if (!v || v->via != VIA_PACING || v->applied == v->rate)
 		return 0;
-	/* As rate.bpf.c: an int, ~0U meaning no limit. */
-	__u32 rate = v->rate >= RATE_UNLIMITED ? (__u32)RATE_UNLIMITED : (__u32)v->rate;
-	if (bpf_setsockopt(tp, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) == 0) {
-		v->applied = rate;
+	if (set_pacing(tp, v) == 0)
 		ncount(NSTAT_SET);
-	} else {
+	else
 		ncount(NSTAT_FAILED);
-	}
 	return 0;
 }
 
