@@ -24,9 +24,9 @@ type Applier struct {
 // takes out of backup (a probe under the ATSSS thresholds) is capped
 // before MPTCP may hand it data (the pacing way applies a cap at once,
 // sockops.Pacer), not one burst later.
-func (a *Applier) Apply(plan policy.Plan, est []observe.Subflow, joinBackup, refresh bool, now time.Time) []api.ActionRecord {
+func (a *Applier) Apply(plan policy.Plan, est []observe.Subflow, joins Joins, refresh bool, now time.Time) []api.ActionRecord {
 	recs := a.Rates.Apply(plan.Limits, est, now)
-	recs = append(recs, a.Flags.Apply(plan.Backup, est, Round{Now: now, Refresh: refresh, JoinBackup: joinBackup})...)
+	recs = append(recs, a.Flags.Apply(plan.Backup, est, Round{Now: now, Refresh: refresh, Joins: joins})...)
 	if refresh {
 		a.Gate.sweep()
 	}

@@ -3,6 +3,7 @@ package actuator
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"mpsteer/internal/api"
@@ -310,18 +311,22 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 		act.Policy, act.Reason = who[addr], why
 		acts = append(acts, act)
 	}
-	// Endpoints that open subflows, with no decision on their address:
-	// backup while a policy wants joins as backup (an MP_JOIN from a
-	// backup endpoint carries the B bit: the subflow carries nothing until
-	// a decision makes its address usable).
+	// Endpoints with no decision on their address yet: backup where a
+	// policy keeps the address backup on every connection, and, while a
+	// policy wants every join as backup, those that open subflows (an
+	// MP_JOIN from a backup endpoint carries the B bit: the subflow
+	// carries nothing until a decision makes its address usable).
 	joining := map[netip.Addr]bool{}
-	if r.JoinBackup {
+	if r.Joins.Backup || len(r.Joins.BackupAddrs) > 0 {
 		for _, e := range a.eps {
 			addr := e.Addr.Unmap()
-			if _, decided := want[addr]; decided || e.Flags&pm.FlagSubflow == 0 || !managed(addr) {
+			if _, decided := want[addr]; decided || !managed(addr) {
 				continue
 			}
-			if _, owned := a.state.Owned(addr); owned {
+			why := "new subflows join as backup until a policy lets them carry"
+			if slices.Contains(r.Joins.BackupAddrs, addr) {
+				why = "a policy keeps every subflow from this address backup: new ones join as backup"
+			} else if _, owned := a.state.Owned(addr); owned || !r.Joins.Backup || e.Flags&pm.FlagSubflow == 0 {
 				continue
 			}
 			joining[addr] = true
@@ -342,7 +347,7 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 				a.set[addr] = e
 			}
 			act := backupRecord("endpoint "+addr.String(), 0, true, err)
-			act.Reason = "new subflows join as backup until a policy lets them carry"
+			act.Reason = why
 			acts = append(acts, act)
 		}
 	}

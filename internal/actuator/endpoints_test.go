@@ -314,3 +314,36 @@ func TestSubflowFlagUnderTheKernelPathManagerSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// A policy that keeps an address backup on every connection (backup,
+// mode's backup interfaces) has its endpoint flagged before any
+// connection uses it: a join from it carries the B bit from its first
+// packet. Before, the flag came with the daemon's first round after the
+// join, and a join under a loaded CPU carried a fifth of an upload
+// first (CI's TestModeBackupInterfaceInTheLab). Only the named address
+// is touched, and it goes back once no policy asks for it.
+func TestBackupAddressesJoinAsBackupBeforeAnyConnection(t *testing.T) {
+	addrC := netip.MustParseAddr("10.3.0.1")
+	k := newFakePM(pm.Endpoint{ID: 2, Addr: addrB, Flags: pm.FlagSubflow}, pm.Endpoint{ID: 3, Addr: addrC, Flags: pm.FlagSubflow})
+	a := NewEndpointFlags(k, &Gate{}, newState(t), Scope{}, nil)
+	now := time.Unix(100, 0)
+	recs := a.Apply(nil, nil, Round{Now: now, Refresh: true, Joins: Joins{BackupAddrs: []netip.Addr{addrB}}})
+	if k.flags(2) != pm.FlagSubflow|pm.FlagBackup {
+		t.Fatalf("B's endpoint has %q with no connection yet, want subflow,backup (records %s)", k.flags(2), results(recs))
+	}
+	if k.flags(3) != pm.FlagSubflow {
+		t.Fatalf("C's endpoint changed to %q: no policy named it", k.flags(3))
+	}
+	// A connection's subflow from B, decided backup: nothing to change.
+	sf := est(1, addrB, 40001)
+	sf.BackupLocal = true // joined with the B bit
+	if recs := a.Apply(decide(true, sf), []observe.Subflow{sf}, Round{Now: now.Add(time.Second), Refresh: true,
+		Joins: Joins{BackupAddrs: []netip.Addr{addrB}}}); len(recs) != 0 {
+		t.Fatalf("records %s, want none: B is backup already", results(recs))
+	}
+	// The policy goes (a reload): B is as it was.
+	a.Apply(nil, nil, Round{Now: now.Add(2 * time.Second), Refresh: true})
+	if k.flags(2) != pm.FlagSubflow {
+		t.Fatalf("B's endpoint has %q once no policy keeps it backup, want subflow", k.flags(2))
+	}
+}

@@ -40,8 +40,19 @@ type Round struct {
 	// Refresh: read the kernel's endpoints again (a sample round) rather
 	// than trust the last read and the daemon's own changes since.
 	Refresh bool
-	// JoinBackup: a policy wants new subflows to join as backup.
-	JoinBackup bool
+	// Joins: which new subflows the policies want to join as backup.
+	Joins Joins
+}
+
+// Joins is which new subflows the policies want to join as backup (from
+// their requirements, not from per-subflow decisions: a join has none
+// before it is seen).
+type Joins struct {
+	// Backup: every new subflow (policy.Requirements.JoinBackup).
+	Backup bool
+	// BackupAddrs: those from these local addresses
+	// (policy.Requirements.BackupAddrs).
+	BackupAddrs []netip.Addr
 }
 
 // Flags turns the policies' per-subflow backup decisions into kernel

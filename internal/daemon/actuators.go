@@ -19,12 +19,12 @@ import (
 // one did first).
 type applier struct {
 	actuator.Applier
-	flags      actuator.Flags
-	rates      *actuator.Rates
-	life       *actuator.Lifecycle
-	backupVia  string
-	rateVia    string
-	joinBackup bool // the last requirements synced
+	flags     actuator.Flags
+	rates     *actuator.Rates
+	life      *actuator.Lifecycle
+	backupVia string
+	rateVia   string
+	joins     actuator.Joins // the last requirements synced
 	// reopening: the last round had Reopen wishes (the flag actuator is
 	// told once when they stop); reopenAddrs their addresses.
 	reopening   bool
@@ -65,7 +65,7 @@ func endpointScope(cfg *config.Config) actuator.Scope {
 }
 
 func (a *applier) apply(plan policy.Plan, est []observe.Subflow, refresh bool, now time.Time) []api.ActionRecord {
-	return a.Apply(plan, est, a.joinBackup, refresh, now)
+	return a.Apply(plan, est, a.joins, refresh, now)
 }
 
 func (a *applier) restore() []api.ActionRecord { return a.Restore() }

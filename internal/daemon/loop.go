@@ -201,7 +201,7 @@ func (d *Daemon) round(t taken) {
 		if firstEvent.IsZero() || ev.Received.Before(firstEvent) {
 			firstEvent = ev.Received
 		}
-		if ev.Type == pm.EventSubEstablished && d.apply.joinBackup {
+		if ev.Type == pm.EventSubEstablished && d.apply.joins.Backup {
 			// A subflow joined as backup waits for the sample that
 			// gives its RTT before it may carry anything.
 			d.in.requestSample()

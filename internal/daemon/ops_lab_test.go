@@ -16,6 +16,7 @@ import (
 
 	"mpsteer/internal/api"
 	"mpsteer/internal/observe"
+	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
 )
 
@@ -342,6 +343,22 @@ func TestDaemonAsItsOwnUserWithCapabilities(t *testing.T) {
 func TestModeBackupInterfaceInTheLab(t *testing.T) {
 	w := newWorld(t)
 	d := w.startDaemon(t, "mode:\n  service: aggregate\n  interfaces: {"+w.h.Dev(1)+": on, "+w.h.Dev(2)+": backup}\n")
+	// The backup interface's endpoint is backup before any connection
+	// uses it, so that the join from it carries the B bit from its first
+	// packet (it once took the daemon's first round after the join, and a
+	// loaded CPU let the join carry a fifth of the upload first).
+	waitFor(t, 5*time.Second, "the backup interface's endpoint flagged backup before any connection", func() (bool, string) {
+		eps, err := w.cli.Endpoints()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range eps {
+			if e.Addr == w.h.ClientAddr(2) {
+				return e.Flags&pm.FlagBackup != 0, fmt.Sprintf("%q", e.Flags)
+			}
+		}
+		return false, "no endpoint"
+	})
 	acked := w.upload(t, 2*time.Second, nil)
 	if s := share(acked, w.h.ClientAddr(2)); s > 0.1 {
 		t.Fatalf("the backup interface carried %.0f%% (%v)", s*100, acked)

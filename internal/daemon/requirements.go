@@ -3,6 +3,7 @@ package daemon
 import (
 	"maps"
 
+	"mpsteer/internal/actuator"
 	"mpsteer/internal/policy"
 	"mpsteer/internal/sockops"
 )
@@ -15,7 +16,7 @@ import (
 // after reloads, not on every event.
 func (d *Daemon) syncRequirements() {
 	req := d.engine.Requirements()
-	d.apply.joinBackup = req.JoinBackup
+	d.apply.joins = actuator.Joins{Backup: req.JoinBackup, BackupAddrs: req.BackupAddrs}
 	d.syncHealth(req) // health.go
 	if req.Limits {
 		if err := d.apply.rates.Ready(); err != nil {

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 
@@ -45,10 +46,9 @@ func NewStaticBackup(env Env, paths []string) *StaticBackup {
 // Name is "backup".
 func (p *StaticBackup) Name() string { return "backup" }
 
-// Decide marks every subflow from a backup interface or address backup.
-func (p *StaticBackup) Decide(s *Snapshot) []Action {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// addrs resolves the paths: each backup address with the path (interface
+// or address) that names it.
+func (p *StaticBackup) addrs() map[netip.Addr]string {
 	why := map[netip.Addr]string{}
 	for _, t := range p.Paths {
 		if a, err := netip.ParseAddr(t); err == nil {
@@ -58,12 +58,32 @@ func (p *StaticBackup) Decide(s *Snapshot) []Action {
 		if p.env.Addrs != nil {
 			addrs, _ := p.env.Addrs(t)
 			for _, a := range addrs {
-				if _, set := why[a]; !set {
-					why[a] = t
+				if _, set := why[a.Unmap()]; !set {
+					why[a.Unmap()] = t
 				}
 			}
 		}
 	}
+	return why
+}
+
+// Requirements: the backup addresses are backup on every connection, so
+// subflows join from them as backup (Requirements.BackupAddrs).
+func (p *StaticBackup) Requirements() Requirements {
+	why := p.addrs()
+	addrs := make([]netip.Addr, 0, len(why))
+	for a := range why {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return Requirements{BackupAddrs: addrs}
+}
+
+// Decide marks every subflow from a backup interface or address backup.
+func (p *StaticBackup) Decide(s *Snapshot) []Action {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	why := p.addrs()
 	var out []Action
 	var status []string
 	for _, c := range s.Conns {

@@ -8,6 +8,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"mpsteer/internal/observe"
@@ -222,6 +223,12 @@ type Requirements struct {
 	// decision wants their address usable; elsewhere the first decision,
 	// taken when the subflow's establishment event arrives, does it.
 	JoinBackup bool
+	// BackupAddrs: local addresses whose every subflow a policy keeps
+	// backup, whatever the connection. Under the kernel path manager with
+	// backup via endpoints, their endpoints are flagged backup before any
+	// connection uses them, so that a join from one carries the B bit from
+	// its first packet rather than until the daemon's next round.
+	BackupAddrs []netip.Addr
 	// Coupled: the MPTCP subflows of each scope's connections run a
 	// coupled congestion control (coupled.go), in the order given.
 	Coupled []CoupledScope
@@ -339,6 +346,11 @@ func (e *Engine) Requirements() Requirements {
 		r.Limits = r.Limits || req.Limits
 		r.HealthReports = r.HealthReports || req.HealthReports
 		r.JoinBackup = r.JoinBackup || req.JoinBackup
+		for _, a := range req.BackupAddrs {
+			if !slices.Contains(r.BackupAddrs, a) {
+				r.BackupAddrs = append(r.BackupAddrs, a)
+			}
+		}
 		if r.NotSentLowat == 0 {
 			r.NotSentLowat = req.NotSentLowat
 		}

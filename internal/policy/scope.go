@@ -111,13 +111,15 @@ func (s *Scoped) Status() any {
 // Requirements are the inner policy's. Those that are not per connection
 // (rto_max on a local address, the programs for rate caps and path-health
 // reports) apply to every connection, scoped or not; a coupled congestion
-// control applies to the scope's.
+// control applies to the scope's; backup addresses are left to the
+// decisions (an endpoint's flag would reach every connection).
 func (s *Scoped) Requirements() Requirements {
 	r, ok := s.Inner.(Requirer)
 	if !ok {
 		return Requirements{}
 	}
 	req := r.Requirements()
+	req.BackupAddrs = nil // per connection: the decisions do it for the scope's
 	for i := range req.Coupled {
 		req.Coupled[i].Cgroup = s.Cgroup
 	}

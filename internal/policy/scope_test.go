@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,5 +101,11 @@ func TestScopedInTheEngine(t *testing.T) {
 		if a, ok := plan.Backup[id]; !ok || a.Policy != pol || !a.Backup {
 			t.Errorf("%s: %+v, want backup by %s", id, a, pol)
 		}
+	}
+	// Joins from the unscoped policy's address are backup on every
+	// connection; the scoped one's only through its decisions (an
+	// endpoint's flag would reach every connection).
+	if got := e.Requirements().BackupAddrs; !slices.Equal(got, []netip.Addr{wifi}) {
+		t.Errorf("backup addresses %v, want [%v] (the unscoped policy's only)", got, wifi)
 	}
 }
