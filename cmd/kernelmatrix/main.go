@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"mpsteer/internal/kernelmatrix"
 	"mpsteer/internal/provenance"
@@ -67,6 +68,13 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Println(r.Summary())
+		// The failed tests under it, so that a CI log that keeps only
+		// these lines still says which failed and why.
+		for _, t := range r.Tests {
+			if t.Outcome == kernelmatrix.Fail {
+				fmt.Printf("  failed: %s (%s): %s\n", t.Name, t.Package, shorten(t.Reason, 400))
+			}
+		}
 		return nil
 	case "doc":
 		rs, err := kernelmatrix.Load(*in)
@@ -79,4 +87,13 @@ func run(args []string) error {
 		return os.WriteFile(*out, []byte(kernelmatrix.Render(rs)), 0o644)
 	}
 	return fmt.Errorf("unknown command %q (collect or doc)", args[0])
+}
+
+// shorten keeps the first n bytes of s on one line.
+func shorten(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
 }
