@@ -3,7 +3,6 @@ package actuator
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 
 	"mpsteer/internal/api"
@@ -80,8 +79,9 @@ type endpointFlags struct {
 	set map[netip.Addr]pm.Endpoint
 	// yielded: the backup value the daemon had set on an endpoint whose
 	// flag another manager changed since; the daemon does not change the
-	// address while its own decision is still that value.
-	yielded map[netip.Addr]bool
+	// address while its own decision is still that value and the endpoint
+	// is still that one.
+	yielded map[netip.Addr]yield
 	// want and reasons are the last round's, for status.
 	want    map[netip.Addr]bool
 	reasons map[netip.Addr]string
@@ -127,7 +127,7 @@ func (r SubflowReader) usage() (map[netip.Addr]int, error) {
 // subflows when an endpoint is to be removed or re-added.
 func NewEndpointFlags(c PM, gate *Gate, state *crashstate.File, scope Scope, read SubflowReader) Flags {
 	return &endpointFlags{c: c, gate: gate, state: state, scope: scope, set: map[netip.Addr]pm.Endpoint{},
-		yielded: map[netip.Addr]bool{}, unmanaged: map[netip.Addr]bool{}, read: read, leftInUse: map[netip.Addr]bool{},
+		yielded: map[netip.Addr]yield{}, unmanaged: map[netip.Addr]bool{}, read: read, leftInUse: map[netip.Addr]bool{},
 		reopenIDs: map[netip.Addr][2]uint8{}}
 }
 
@@ -177,11 +177,24 @@ func (a *endpointFlags) remove(id uint8) {
 	a.eps = keep
 }
 
+// yield is what the daemon yielded on: the backup value it had set, on
+// the endpoint with this id.
+type yield struct {
+	backup bool
+	id     uint8
+}
+
 // noticeOthers compares a fresh read with what the daemon set: an
 // endpoint whose flags someone else changed is yielded (reported once); one
-// removed or replaced by someone else is forgotten.
+// removed or replaced by someone else is forgotten, and so is a yield on it
+// (a new endpoint for the address is decided afresh).
 func (a *endpointFlags) noticeOthers(byAddr map[netip.Addr]pm.Endpoint) []api.ActionRecord {
 	var acts []api.ActionRecord
+	for addr, y := range a.yielded {
+		if ep, ok := byAddr[addr]; !ok || ep.ID != y.id {
+			delete(a.yielded, addr)
+		}
+	}
 	for addr, mine := range a.set {
 		ep, ok := byAddr[addr]
 		switch {
@@ -203,7 +216,7 @@ func (a *endpointFlags) noticeOthers(byAddr map[netip.Addr]pm.Endpoint) []api.Ac
 			if (mine.Flags&pm.FlagBackup != 0) == backup {
 				continue // another flag than backup changed: not ours to judge
 			}
-			a.yielded[addr] = !backup // what the daemon had set, and yields on
+			a.yielded[addr] = yield{backup: !backup, id: ep.ID} // what the daemon had set, and yields on
 			act := backupRecord("endpoint "+addr.String(), 0, mine.Flags&pm.FlagBackup != 0, nil)
 			act.Result = Yielded
 			act.Reason = fmt.Sprintf("another manager changed the endpoint's flags to %q after mpsteer set %q: mpsteer leaves them until its own decision for %s changes", ep.Flags, mine.Flags, addr)
@@ -248,7 +261,7 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 	}
 	for addr, backup := range want {
 		if y, ok := a.yielded[addr]; ok {
-			if y == backup {
+			if y.backup == backup {
 				continue // still the decision the daemon yielded on
 			}
 			delete(a.yielded, addr) // the decision changed since: a new one
@@ -323,14 +336,14 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 			if _, decided := want[addr]; decided || !managed(addr) {
 				continue
 			}
-			why := "new subflows join as backup until a policy lets them carry"
-			if slices.Contains(r.Joins.BackupAddrs, addr) {
-				why = "a policy keeps every subflow from this address backup: new ones join as backup"
+			why, who := "new subflows join as backup until a policy lets them carry", ""
+			if p, ok := r.Joins.BackupAddrs[addr]; ok {
+				why, who = "every subflow from this address is backup: new ones join as backup", p
 			} else if _, owned := a.state.Owned(addr); owned || !r.Joins.Backup || e.Flags&pm.FlagSubflow == 0 {
 				continue
 			}
 			joining[addr] = true
-			if y, ok := a.yielded[addr]; ok && y {
+			if y, ok := a.yielded[addr]; ok && y.backup {
 				continue // yielded on backup already
 			}
 			key := fmt.Sprintf("endpoint flags %s %v", addr, true)
@@ -347,7 +360,7 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 				a.set[addr] = e
 			}
 			act := backupRecord("endpoint "+addr.String(), 0, true, err)
-			act.Reason = why
+			act.Policy, act.Reason = who, why
 			acts = append(acts, act)
 		}
 	}

@@ -327,9 +327,12 @@ func TestBackupAddressesJoinAsBackupBeforeAnyConnection(t *testing.T) {
 	k := newFakePM(pm.Endpoint{ID: 2, Addr: addrB, Flags: pm.FlagSubflow}, pm.Endpoint{ID: 3, Addr: addrC, Flags: pm.FlagSubflow})
 	a := NewEndpointFlags(k, &Gate{}, newState(t), Scope{}, nil)
 	now := time.Unix(100, 0)
-	recs := a.Apply(nil, nil, Round{Now: now, Refresh: true, Joins: Joins{BackupAddrs: []netip.Addr{addrB}}})
+	recs := a.Apply(nil, nil, Round{Now: now, Refresh: true, Joins: Joins{BackupAddrs: map[netip.Addr]string{addrB: "backup"}}})
 	if k.flags(2) != pm.FlagSubflow|pm.FlagBackup {
 		t.Fatalf("B's endpoint has %q with no connection yet, want subflow,backup (records %s)", k.flags(2), results(recs))
+	}
+	if len(recs) != 1 || recs[0].Policy != "backup" {
+		t.Fatalf("records %+v, want one by the policy that asked", recs)
 	}
 	if k.flags(3) != pm.FlagSubflow {
 		t.Fatalf("C's endpoint changed to %q: no policy named it", k.flags(3))
@@ -338,12 +341,37 @@ func TestBackupAddressesJoinAsBackupBeforeAnyConnection(t *testing.T) {
 	sf := est(1, addrB, 40001)
 	sf.BackupLocal = true // joined with the B bit
 	if recs := a.Apply(decide(true, sf), []observe.Subflow{sf}, Round{Now: now.Add(time.Second), Refresh: true,
-		Joins: Joins{BackupAddrs: []netip.Addr{addrB}}}); len(recs) != 0 {
+		Joins: Joins{BackupAddrs: map[netip.Addr]string{addrB: "backup"}}}); len(recs) != 0 {
 		t.Fatalf("records %s, want none: B is backup already", results(recs))
 	}
 	// The policy goes (a reload): B is as it was.
 	a.Apply(nil, nil, Round{Now: now.Add(2 * time.Second), Refresh: true})
 	if k.flags(2) != pm.FlagSubflow {
 		t.Fatalf("B's endpoint has %q once no policy keeps it backup, want subflow", k.flags(2))
+	}
+}
+
+// A yield is about one endpoint: when another manager replaces it (an
+// interface gone and back, under NetworkManager), the new endpoint is
+// decided afresh. Before, the yield outlived it while the address was
+// kept backup for joins, and the new endpoint was never flagged.
+func TestAYieldEndsWithItsEndpoint(t *testing.T) {
+	k := newFakePM(pm.Endpoint{ID: 2, Addr: addrB, Flags: pm.FlagSubflow})
+	a := NewEndpointFlags(k, &Gate{}, newState(t), Scope{}, nil)
+	joins := Joins{BackupAddrs: map[netip.Addr]string{addrB: "backup"}}
+	now := time.Unix(100, 0)
+	a.Apply(nil, nil, Round{Now: now, Refresh: true, Joins: joins})
+	k.eps[2] = pm.Endpoint{ID: 2, Addr: addrB, Flags: pm.FlagSubflow} // another manager takes the flag off
+	for i := 1; i <= 3; i++ {
+		a.Apply(nil, nil, Round{Now: now.Add(time.Duration(i) * time.Second), Refresh: true, Joins: joins})
+		if k.flags(2) != pm.FlagSubflow {
+			t.Fatalf("round %d: B has %q: mpsteer fought another manager's change", i, k.flags(2))
+		}
+	}
+	delete(k.eps, 2)
+	k.eps[7] = pm.Endpoint{ID: 7, Addr: addrB, Flags: pm.FlagSubflow}
+	a.Apply(nil, nil, Round{Now: now.Add(5 * time.Second), Refresh: true, Joins: joins})
+	if k.flags(7) != pm.FlagSubflow|pm.FlagBackup {
+		t.Fatalf("B's new endpoint has %q, want subflow,backup", k.flags(7))
 	}
 }

@@ -50,9 +50,9 @@ type Round struct {
 type Joins struct {
 	// Backup: every new subflow (policy.Requirements.JoinBackup).
 	Backup bool
-	// BackupAddrs: those from these local addresses
-	// (policy.Requirements.BackupAddrs).
-	BackupAddrs []netip.Addr
+	// BackupAddrs: those from these local addresses, each with the
+	// policy that asks (policy.Requirements.BackupAddrs).
+	BackupAddrs map[netip.Addr]string
 }
 
 // Flags turns the policies' per-subflow backup decisions into kernel

@@ -180,7 +180,9 @@ func compareWithKernel(body string, before, after []observe.Subflow) error {
 // daemon's decisions and actions, one JSON object per line.
 func TestMonitorStreamsEventsDecisionsAndActions(t *testing.T) {
 	w := newWorld(t)
-	d := w.startDaemon(t, "policies: [{name: backup, paths: ["+w.h.Dev(2)+"]}]\n")
+	// The policy comes once the monitor listens: backup flags its
+	// interface's endpoint as soon as it runs, before any connection.
+	d := w.startDaemon(t, "policies: []\n")
 	mon := exec.Command("ip", "netns", "exec", w.h.Client, testutil.Binary(t), "monitor", "--json", "--socket", d.Socket)
 	out, err := mon.StdoutPipe()
 	if err != nil {
@@ -210,6 +212,9 @@ func TestMonitorStreamsEventsDecisionsAndActions(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no hello line")
+	}
+	if _, err := d.Client.Apply(api.ApplyRequest{File: filepath.Join(d.Dir, "backup.yaml"), Config: "policies: [{name: backup, paths: [" + w.h.Dev(2) + "]}]\n"}); err != nil {
+		t.Fatal(err)
 	}
 	w.upload(t, time.Second, nil)
 	seen := map[string]bool{}

@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 	"sync"
 
@@ -70,12 +69,10 @@ func (p *StaticBackup) addrs() map[netip.Addr]string {
 // Requirements: the backup addresses are backup on every connection, so
 // subflows join from them as backup (Requirements.BackupAddrs).
 func (p *StaticBackup) Requirements() Requirements {
-	why := p.addrs()
-	addrs := make([]netip.Addr, 0, len(why))
-	for a := range why {
-		addrs = append(addrs, a)
+	addrs := map[netip.Addr]string{}
+	for a := range p.addrs() {
+		addrs[a] = p.Name()
 	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
 	return Requirements{BackupAddrs: addrs}
 }
 

@@ -8,7 +8,6 @@ package policy
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 
 	"mpsteer/internal/observe"
@@ -227,8 +226,9 @@ type Requirements struct {
 	// backup, whatever the connection. Under the kernel path manager with
 	// backup via endpoints, their endpoints are flagged backup before any
 	// connection uses them, so that a join from one carries the B bit from
-	// its first packet rather than until the daemon's next round.
-	BackupAddrs []netip.Addr
+	// its first packet rather than until the daemon's next round. Each
+	// address names the policy that asks.
+	BackupAddrs map[netip.Addr]string
 	// Coupled: the MPTCP subflows of each scope's connections run a
 	// coupled congestion control (coupled.go), in the order given.
 	Coupled []CoupledScope
@@ -336,7 +336,7 @@ func (e *Engine) DecideInto(s *Snapshot, out *Plan) {
 
 // Requirements merges every policy's requirements (first policy wins).
 func (e *Engine) Requirements() Requirements {
-	r := Requirements{RTOMax: map[netip.Addr]time.Duration{}, SynRTO: map[netip.Addr]time.Duration{}}
+	r := Requirements{RTOMax: map[netip.Addr]time.Duration{}, SynRTO: map[netip.Addr]time.Duration{}, BackupAddrs: map[netip.Addr]string{}}
 	for _, p := range e.Policies {
 		q, ok := p.(Requirer)
 		if !ok {
@@ -346,9 +346,9 @@ func (e *Engine) Requirements() Requirements {
 		r.Limits = r.Limits || req.Limits
 		r.HealthReports = r.HealthReports || req.HealthReports
 		r.JoinBackup = r.JoinBackup || req.JoinBackup
-		for _, a := range req.BackupAddrs {
-			if !slices.Contains(r.BackupAddrs, a) {
-				r.BackupAddrs = append(r.BackupAddrs, a)
+		for a, who := range req.BackupAddrs {
+			if _, taken := r.BackupAddrs[a]; !taken {
+				r.BackupAddrs[a] = who
 			}
 		}
 		if r.NotSentLowat == 0 {

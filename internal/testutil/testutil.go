@@ -32,12 +32,14 @@ func Unavailable(t testing.TB, reason string) {
 }
 
 // RequireRoot skips (or fails, see Unavailable) unless the test runs as
-// root; what says what needs it.
+// root; what says what needs it. A test that runs takes its turn with the
+// privileged tests of other packages (lablock.go).
 func RequireRoot(t testing.TB, what string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		Unavailable(t, what+" needs root; run `make test` as root")
 	}
+	holdPrivileged(t)
 }
 
 // RequireTool skips (or fails) unless a command is installed.
