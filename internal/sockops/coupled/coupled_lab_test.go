@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -46,9 +47,13 @@ func TestCoupledSharesABottleneckWithTCP(t *testing.T) {
 	for _, alg := range coupled.Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			// Uncoupled, two Reno subflows take about twice a Reno
-			// flow's share (coupled-shared.yaml measures both).
-			if ratio := sharedBottleneck(t, alg); ratio > 1.5 || ratio < 0.3 {
-				t.Errorf("MPTCP/TCP goodput ratio %.2f, want near 1 (0.3 to 1.5)", ratio)
+			// flow's share (coupled-shared.yaml measures both). One
+			// short run's last seconds swing widely (CI saw LIA at 1.72
+			// once in some ten runs): the median of three is judged.
+			ratios := []float64{sharedBottleneck(t, alg), sharedBottleneck(t, alg), sharedBottleneck(t, alg)}
+			slices.Sort(ratios)
+			if ratio := ratios[1]; ratio > 1.5 || ratio < 0.3 {
+				t.Errorf("MPTCP/TCP goodput ratio %.2f (the median of %.2f), want near 1 (0.3 to 1.5)", ratio, ratios)
 			}
 		})
 	}
