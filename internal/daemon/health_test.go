@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"fmt"
+	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/lab/labtest"
 	"strings"
 	"testing"
@@ -176,6 +177,63 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	}
 	if st.Health.Program["parsed"] == 0 || st.Health.Program["malformed"] != 0 {
 		t.Fatalf("client parsed %d, malformed %d", st.Health.Program["parsed"], st.Health.Program["malformed"])
+	}
+}
+
+// Under BBR a randomly lossy path keeps delivering: set aside on the
+// receiver's report, it gets its worth trial, and is kept in use despite
+// its loss because the connection delivers more with it than path a
+// alone (docs/daemon.md, "A lossy path that still pays").
+func TestHealthKeepsALossyPathThatPaysUnderBBR(t *testing.T) {
+	paths := strings.ReplaceAll(healthPaths, "cc: reno", "cc: bbr")
+	w := labtest.World(t, paths, "mptcp")
+	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: lab}\n")
+	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
+	healthLoaded(t, srv, false)
+	healthLoaded(t, cli, true)
+	u := startUpload(t, w)
+	u.receive(5<<20, 10*time.Second)
+	conns, err := u.s.Conns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := false
+	for _, c := range conns {
+		known = known || c.BytesAcked > 0
+	}
+	if !known {
+		t.Skipf("kernel %s does not report an MPTCP connection's DATA_ACKed bytes (6.5 on): no worth trial", kernelfeat.KernelRelease())
+	}
+	bAddr := w.Path("b").Client.Addr.String()
+	loseOnB(t, w)
+	aside := false
+	testutil.Eventually(t, 20*time.Second, func() error {
+		st, err := cli.Client.Status()
+		if err != nil {
+			return err
+		}
+		for _, sf := range subflowsOf(st) {
+			if !strings.HasPrefix(sf.Local, bAddr+":") || sf.Decision == nil {
+				continue
+			}
+			aside = aside || sf.Decision.Backup
+			if !sf.Decision.Backup && strings.Contains(sf.Decision.Reason, "kept despite its loss") {
+				return nil
+			}
+			return fmt.Errorf("path b: %+v (set aside so far: %v)", sf.Decision, aside)
+		}
+		return fmt.Errorf("no decision on path b: %+v", subflowsOf(st))
+	})
+	// Kept for good: ten rounds on (a second), still in use.
+	cli.WaitRounds(t, 10)
+	st, err := cli.Client.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sf := range subflowsOf(st) {
+		if strings.HasPrefix(sf.Local, bAddr+":") && (sf.Decision == nil || sf.Decision.Backup) {
+			t.Fatalf("path b set aside again ten rounds after it was kept: %+v", sf.Decision)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -32,6 +33,18 @@ import (
 // or above HealthHigh). A failed probe doubles the hold, up to MaxHold, so
 // intermittent loss cannot make it flap. While the receiver's last hop is
 // known to be bad (a radio keeps reporting while idle), no probe is spent.
+//
+// Worth its loss: a path set aside gets one trial soon after (WorthTrial),
+// whatever its reports say, to see whether the connection delivers more
+// in order with it than its other paths deliver on their own. A
+// loss-based congestion control (Reno, CUBIC) collapses on a randomly
+// lossy path and its holes hold up the connection, so the trial fails and
+// the path stays aside; a rate-based one (BBR) keeps such a path
+// delivering, and setting it aside would cost its share: a path with
+// which the connection delivers WorthGain more than the others alone is
+// kept in use despite its loss ("tolerated") until the connection
+// delivers less than the others alone (then it is set aside and retried
+// as above), or its reports have been good for a hold.
 //
 // Never below single-path TCP over the better path: a connection always
 // keeps at least one path active (the healthiest), and without reports
@@ -68,6 +81,19 @@ type RAMPTCPConfig struct {
 	// inactive still leaves over it, at its failing rate, while the
 	// receiver waits for it. 0 leaves the kernel's default.
 	NotSentLowat units.Size `yaml:"notsent_lowat" min:"0B" max:"1GiB"`
+	// WorthTrial: this long after a path is set aside (once what it held
+	// has drained), it gets a trial (ProbeWindow long) whatever its
+	// reports say; a path with which the connection delivers in order
+	// WorthGain more than its other paths do on their own is kept in use
+	// despite its loss. 0 turns the check off. It needs the connection's
+	// in-order delivery (DATA_ACKs), which the kernel gives from 6.5 on.
+	WorthTrial time.Duration  `yaml:"worth_trial"`
+	WorthGain  units.Fraction `yaml:"worth_gain"`
+	// WorthCC: the trial runs only on paths whose subflows run one of
+	// these congestion controls, those that keep a randomly lossy path
+	// delivering; under a loss-based one (Reno, CUBIC) such a path
+	// collapses and a trial only holds the connection up. Empty: any.
+	WorthCC []string `yaml:"worth_cc"`
 }
 
 // RAMPTCPReportsConfig is what the reports signal (the default) reads
@@ -98,7 +124,7 @@ type rampKey struct{ local, remote uint8 }
 
 type rampPath struct {
 	born          time.Time
-	state         string // active, inactive, probing
+	state         string // active, inactive, probing, tolerated
 	since         time.Time
 	hold          time.Duration
 	probeStart    time.Time
@@ -107,12 +133,95 @@ type rampPath struct {
 	probes        int
 	why           string
 	lastInactive  time.Time
+	// The worth check (WorthTrial): whether this spell aside has had its
+	// trial, whether the current probe is that trial, and what the
+	// connection delivered in order and its other paths on their own over
+	// the trial, or the last rampToleratedWindow while tolerated (bytes/s).
+	worthChecked bool
+	worthTrial   bool
+	with, others float64
+	// goodSince: since when a tolerated path's reports have been good.
+	goodSince time.Time
 }
 
 type rampConn struct {
 	paths map[rampKey]*rampPath
+	// acked: the connection's in-order delivery (DATA_ACKed bytes) and
+	// each path's own (its subflows' TCP-level acknowledged bytes), as
+	// sampled over the last few seconds, for the worth check.
+	acked []ackSample
 	// sender signal: per subflow samples
 	sent map[SubflowID]*rampSamples
+}
+
+type ackSample struct {
+	at    time.Time
+	conn  uint64
+	paths map[rampKey]uint64
+}
+
+// rampSettle: what a change of paths takes to show in the connection's
+// delivery (a round of the daemon, a few RTTs of the lab's paths); a
+// trial is judged from this long after it began.
+const rampSettle = 100 * time.Millisecond
+
+// rampBusy: a connection with less than this unacknowledged (sent, not
+// DATA_ACKed) has too little to send to show what a path is worth (an
+// idle control connection): it gets no worth trial.
+const rampBusy = 64 << 10
+
+// record keeps the connection's delivery, and its paths', sampled at `at`.
+func (st *rampConn) record(at time.Time, c *Conn) {
+	if c.BytesAcked == 0 || at.IsZero() {
+		return
+	}
+	if n := len(st.acked); n > 0 && !at.After(st.acked[n-1].at) {
+		return
+	}
+	a := ackSample{at: at, conn: c.BytesAcked, paths: map[rampKey]uint64{}}
+	for _, sf := range c.Subflows {
+		a.paths[rampKey{sf.LocalID, sf.RemoteID}] += sf.BytesAcked
+	}
+	st.acked = append(st.acked, a)
+	i := 0
+	for i < len(st.acked) && at.Sub(st.acked[i].at) > rampToleratedWindow+time.Second {
+		i++
+	}
+	st.acked = st.acked[i:]
+}
+
+// delivered gives, between the first sample at or after from and the
+// last one, the rate (bytes/s) at which the connection delivered in order
+// and at which its paths other than k delivered on their own; false when
+// no two samples are in that span, or a path's count went back (a
+// subflow replaced).
+func (st *rampConn) delivered(from time.Time, k rampKey) (conn, others float64, ok bool) {
+	n := len(st.acked)
+	if n < 2 {
+		return 0, 0, false
+	}
+	last := st.acked[n-1]
+	for _, a := range st.acked {
+		if a.at.Before(from) {
+			continue
+		}
+		dt := last.at.Sub(a.at).Seconds()
+		if dt <= 0 || last.conn < a.conn {
+			return 0, 0, false
+		}
+		var o uint64
+		for p, b := range last.paths {
+			if p == k {
+				continue
+			}
+			if b < a.paths[p] {
+				return 0, 0, false
+			}
+			o += b - a.paths[p]
+		}
+		return float64(last.conn-a.conn) / dt, float64(o) / dt, true
+	}
+	return 0, 0, false
 }
 
 type rampSamples struct {
@@ -131,7 +240,7 @@ type RAMPTCPConnStatus struct {
 type RAMPTCPPathStatus struct {
 	Path          string   `json:"path"` // "local id→remote id"
 	Subflows      []string `json:"subflows"`
-	State         string   `json:"state"` // active, inactive, probing
+	State         string   `json:"state"` // active, inactive, probing, tolerated
 	LossPct       *float64 `json:"loss_pct,omitempty"`
 	LastHopPct    *float64 `json:"last_hop_pct,omitempty"`
 	ReportAgeMs   *float64 `json:"report_age_ms,omitempty"`
@@ -141,6 +250,11 @@ type RAMPTCPPathStatus struct {
 	Probes        int      `json:"probes"`
 	LastInactive  string   `json:"last_inactive,omitempty"`
 	Reason        string   `json:"reason"`
+	// WithMbit and OthersMbit: what the connection delivered in order and
+	// its other paths on their own, over the path's worth trial (or the
+	// last 3 s while it is tolerated).
+	WithMbit   *float64 `json:"with_mbit,omitempty"`
+	OthersMbit *float64 `json:"others_mbit,omitempty"`
 }
 
 func buildRAMPTCP(m *yamlcfg.Map, env Env) Policy {
@@ -166,7 +280,8 @@ func buildRAMPTCP(m *yamlcfg.Map, env Env) Policy {
 func NewRAMPTCP() *RAMPTCP {
 	return &RAMPTCP{Signal: rampReports,
 		RAMPTCPConfig: RAMPTCPConfig{LossHigh: 0.10, LossLow: 0.02, Hold: time.Second, MaxHold: 8 * time.Second,
-			ProbeWindow: 300 * time.Millisecond, Warmup: time.Second, NotSentLowat: units.Size(64 << 10)},
+			ProbeWindow: 300 * time.Millisecond, Warmup: time.Second, NotSentLowat: units.Size(64 << 10),
+			WorthTrial: 300 * time.Millisecond, WorthGain: 0.15, WorthCC: []string{"bbr"}},
 		RAMPTCPReportsConfig: RAMPTCPReportsConfig{HealthLow: 0.90, HealthHigh: 0.97, Stale: time.Second},
 		RAMPTCPSenderConfig:  RAMPTCPSenderConfig{Window: 100 * time.Millisecond, MinSegments: 16},
 		conns:                map[uint32]*rampConn{}}
@@ -194,6 +309,11 @@ func (r *RAMPTCP) Decide(s *Snapshot) []Action {
 			st = &rampConn{paths: map[rampKey]*rampPath{}, sent: map[SubflowID]*rampSamples{}}
 			r.conns[c.Token] = st
 		}
+		sampled := s.Sampled
+		if sampled.IsZero() {
+			sampled = s.Now
+		}
+		st.record(sampled, c)
 		acts, cs := r.decideConn(s.Now, c, st)
 		out = append(out, acts...)
 		if cs != nil {
@@ -356,10 +476,16 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 				ps.state, ps.since = "inactive", now
 				ps.inactivations++
 				ps.lastInactive = now
+				ps.worthChecked, ps.with, ps.others = false, 0, 0
 				ps.why = fmt.Sprintf("inactive: the receiver reports %s (limits: loss %.1f%%, last hop %.1f%%); hold %s",
 					what, 100*float64(r.LossHigh), 100*float64(r.HealthLow), ps.hold)
 			}
+		case "tolerated":
+			r.tolerated(now, ps, st, k, isFresh && good, what)
 		case "inactive":
+			if r.startWorthTrial(now, ps, c, subflowsOf[k]) {
+				break
+			}
 			if now.Sub(ps.since) < ps.hold {
 				break
 			}
@@ -375,6 +501,11 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 		case "probing":
 			recent := isFresh && h.Received.After(ps.probeStart)
 			switch {
+			case ps.worthTrial && !now.Before(ps.probeUntil):
+				r.endWorthTrial(now, ps, st, k, what)
+			case ps.worthTrial:
+				ps.why = fmt.Sprintf("on trial for %s more (does the connection deliver more with it than its other paths alone?): %s",
+					fmtMs(ps.probeUntil.Sub(now)), what)
 			case recent && bad:
 				ps.hold = min(2*ps.hold, r.MaxHold)
 				ps.state, ps.since = "inactive", now
@@ -436,6 +567,10 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 		}
 		ps2 := RAMPTCPPathStatus{Path: fmt.Sprintf("%d→%d", k.local, k.remote), State: ps.state, HoldMs: float64(ps.hold) / 1e6,
 			Inactivations: ps.inactivations, Probes: ps.probes, Reason: reason}
+		if ps.with > 0 || ps.others > 0 {
+			w, o := ps.with*8/1e6, ps.others*8/1e6
+			ps2.WithMbit, ps2.OthersMbit = &w, &o
+		}
 		if !ps.lastInactive.IsZero() {
 			ps2.LastInactive = ps.lastInactive.Format(time.RFC3339Nano)
 		}
@@ -459,6 +594,100 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 		cs.Paths = append(cs.Paths, ps2)
 	}
 	return out, cs
+}
+
+// startWorthTrial starts the worth check's trial of an inactive path:
+// once per spell aside, WorthTrial after it began, when its subflows run
+// a congestion control of WorthCC, the kernel gives the connection's
+// in-order delivery and the connection has enough unacknowledged to show
+// what the path adds.
+func (r *RAMPTCP) startWorthTrial(now time.Time, ps *rampPath, c *Conn, sfs []observe.Subflow) bool {
+	if r.WorthTrial <= 0 || ps.worthChecked || now.Sub(ps.since) < r.WorthTrial {
+		return false
+	}
+	if len(r.WorthCC) > 0 && !slices.ContainsFunc(sfs, func(sf observe.Subflow) bool { return slices.Contains(r.WorthCC, sf.CC) }) {
+		ps.worthChecked = true // a loss-based control: the path collapses, a trial cannot pay
+		return false
+	}
+	if c.BytesAcked == 0 || c.BytesSent < c.BytesAcked+rampBusy {
+		return false
+	}
+	ps.worthChecked, ps.worthTrial = true, true
+	ps.state, ps.probeStart, ps.probeUntil = "probing", now, now.Add(r.ProbeWindow)
+	ps.probes++
+	ps.why = fmt.Sprintf("on trial for %s: does the connection deliver more with it than its other paths alone?", r.ProbeWindow)
+	return true
+}
+
+// endWorthTrial judges a path's worth trial: kept in use if the
+// connection delivered in order WorthGain more than its other paths did
+// on their own over the trial. While no two samples fall in the trial
+// (the daemon decided between samples), it goes on, up to twice its
+// length.
+func (r *RAMPTCP) endWorthTrial(now time.Time, ps *rampPath, st *rampConn, k rampKey, what string) {
+	with, others, ok := st.delivered(ps.probeStart.Add(rampSettle), k)
+	if !ok && now.Before(ps.probeUntil.Add(r.ProbeWindow)) {
+		ps.why = "on trial until the connection's delivery is sampled: " + what
+		return
+	}
+	ps.worthTrial = false
+	ps.with, ps.others = with, others
+	if ok && with > 0 && with >= others*(1+float64(r.WorthGain)) {
+		ps.state, ps.since, ps.goodSince = "tolerated", now, time.Time{}
+		ps.why = fmt.Sprintf("kept despite its loss (%s): the connection delivered %s with it, its other paths %s alone", what, mbit(with), mbit(others))
+		return
+	}
+	ps.state, ps.since = "inactive", now
+	ps.inactivations++
+	ps.lastInactive = now
+	ps.why = fmt.Sprintf("inactive: its trial did not pay (the connection delivered %s with it, its other paths %s alone; %s); hold %s",
+		mbitOrUnknown(with, ok), mbitOrUnknown(others, ok), what, ps.hold)
+}
+
+// rampToleratedWindow: what a tolerated path's connection delivers is
+// judged over this long: a lossy path's holes make it swing by half from
+// one second to the next.
+const rampToleratedWindow = 3 * time.Second
+
+// tolerated keeps a lossy path that pays in use: until its reports have
+// been good for a hold (then it is simply active: a lossy path's reports
+// are good now and then), or the connection delivers over the last
+// rampToleratedWindow less than its other paths alone (then it goes
+// aside, with a doubled hold, and is not tried again for its worth in
+// this spell).
+func (r *RAMPTCP) tolerated(now time.Time, ps *rampPath, st *rampConn, k rampKey, good bool, what string) {
+	switch {
+	case !good:
+		ps.goodSince = time.Time{}
+	case ps.goodSince.IsZero():
+		ps.goodSince = now
+	case now.Sub(ps.goodSince) >= r.Hold:
+		ps.state, ps.since, ps.hold = "active", now, r.Hold
+		ps.why = fmt.Sprintf("active again: good reports for %s (%s)", r.Hold, what)
+		return
+	}
+	with, others, ok := st.delivered(now.Add(-rampToleratedWindow), k)
+	if ok {
+		ps.with, ps.others = with, others
+	}
+	if now.Sub(ps.since) < rampToleratedWindow || !ok || with >= others {
+		ps.why = fmt.Sprintf("kept despite its loss (%s): the connection delivers %s with it, its other paths %s alone",
+			what, mbit(ps.with), mbit(ps.others))
+		return
+	}
+	ps.hold = min(2*ps.hold, r.MaxHold)
+	ps.state, ps.since = "inactive", now
+	ps.inactivations++
+	ps.lastInactive = now
+	ps.why = fmt.Sprintf("inactive: kept despite its loss, the connection now delivers %s with it, less than its other paths alone (%s; %s); hold %s",
+		mbit(with), mbit(others), what, ps.hold)
+}
+
+func mbitOrUnknown(bps float64, ok bool) string {
+	if !ok {
+		return "an unknown rate"
+	}
+	return mbit(bps)
 }
 
 // Status reports the last round.

@@ -214,6 +214,8 @@ func TestRAMPTCPConfig(t *testing.T) {
 		{"{name: ramptcp, hold: 2s, max_hold: 1s}", "max_hold"},
 		{"{name: ramptcp, hold: 1}", "hold"},
 		{"{name: ramptcp, signal: radio}", "signal"},
+		{"{name: ramptcp, worth_trial: 0s, worth_gain: 20%, worth_cc: [bbr, bbr3]}", ""},
+		{"{name: ramptcp, worth_gain: 2}", "worth_gain"},
 	} {
 		m, err := yamlcfg.Parse("p.yaml", []byte(c.src))
 		if err != nil {
@@ -266,5 +268,191 @@ func TestRAMPTCPStalledKeepsState(t *testing.T) {
 	}
 	if d := backups(t, r.Decide(s)); !d["10.2.0.1"] || d["10.1.0.1"] {
 		t.Fatalf("stalled: %v, want path 2 still inactive", d)
+	}
+}
+
+// rampDelivery drives a connection whose in-order delivery depends on
+// whether path 2 is in use: rates gives, round by round, what the
+// connection delivers in order and what path 1 delivers on its own
+// (bytes/s), with bad reports on path 2 throughout and 1 MiB in flight.
+// It returns path 2's backup flag after every 50 ms round.
+func rampDelivery(t *testing.T, r *RAMPTCP, rounds int, rates func(round int, inUse bool) (conn, p1 float64)) []bool {
+	t.Helper()
+	return rampDeliveryReports(t, r, rounds, 1<<20, "bbr", rates, func(int) (float64, float64) { return 0.2, 0.8 })
+}
+
+// rampDeliveryReports is rampDelivery with what is in flight, the
+// subflows' congestion control and path 2's reports (loss, last hop)
+// round by round.
+func rampDeliveryReports(t *testing.T, r *RAMPTCP, rounds int, inFlight uint64, cc string, rates func(round int, inUse bool) (conn, p1 float64),
+	p2 func(round int) (loss, lastHop float64)) []bool {
+	t.Helper()
+	c := &clock{t: time.Unix(100, 0)}
+	var acked, p1, p2acked uint64 = 1, 1, 1
+	inUse := true
+	var out []bool
+	for i := 0; i < rounds; i++ {
+		c.add(50 * ms)
+		conn, one := rates(i, inUse)
+		acked += uint64(conn * 0.05)
+		p1 += uint64(one * 0.05)
+		if inUse {
+			p2acked += uint64(max(conn-one, 0) * 0.05)
+		}
+		loss, lastHop := p2(i)
+		s := rampSnap(c, report(0, c.t, 0, 1), report(1, c.t, loss, lastHop))
+		s.Conns[0].BytesAcked, s.Conns[0].BytesSent = acked, acked+inFlight
+		s.Conns[0].Subflows[0].BytesAcked, s.Conns[0].Subflows[1].BytesAcked = p1, p2acked
+		s.Conns[0].Subflows[0].CC, s.Conns[0].Subflows[1].CC = cc, cc
+		d := backups(t, r.Decide(s))
+		if d["10.1.0.1"] {
+			t.Fatalf("round %d: the good path set aside", i)
+		}
+		inUse = !d["10.2.0.1"]
+		out = append(out, d["10.2.0.1"])
+	}
+	return out
+}
+
+// A lossy path that still delivers (a rate-based congestion control keeps
+// it going) is tried soon after it goes aside, and kept when the
+// connection delivers more with it than its other path alone; once it
+// delivers less, it goes aside again.
+func TestRAMPTCPKeepsALossyPathThatPays(t *testing.T) {
+	r := testRAMPTCP()
+	worse := 120 // from this round on, the path drags the connection down
+	backup := rampDelivery(t, r, 200, func(i int, inUse bool) (float64, float64) {
+		switch {
+		case !inUse:
+			return mbitps(18), mbitps(18)
+		case i >= worse:
+			return mbitps(12), mbitps(18)
+		}
+		return mbitps(30), mbitps(18)
+	})
+	if !backup[0] {
+		t.Fatal("not set aside on the bad report")
+	}
+	// Aside for the worth trial's 300 ms, then on trial, then kept.
+	for i := 1; i < 6; i++ {
+		if !backup[i] {
+			t.Fatalf("in use again %v after the bad report, before its trial", time.Duration(i)*50*ms)
+		}
+	}
+	for i := 8; i < worse; i++ {
+		if backup[i] {
+			t.Fatalf("set aside %v in, though the connection delivers 30 Mbit/s with it and path 1 18 alone", time.Duration(i)*50*ms)
+		}
+	}
+	st := r.Status().([]RAMPTCPConnStatus)[0].Paths[1]
+	if st.State != "inactive" || st.OthersMbit == nil || *st.OthersMbit < 17 || *st.OthersMbit > 19 || *st.WithMbit >= *st.OthersMbit {
+		t.Fatalf("after delivery fell to 12 Mbit/s with it: %+v, want inactive, its last 3 s measured", st)
+	}
+	off := -1
+	for i := worse; i < len(backup); i++ {
+		if backup[i] {
+			off = i
+			break
+		}
+	}
+	if off < 0 || off > worse+70 {
+		t.Fatalf("set aside at round %d, want within about 3 s of round %d", off, worse)
+	}
+	for i := off; i < len(backup); i++ {
+		if !backup[i] {
+			t.Fatalf("in use again at round %d: the last hop still says bad and it did not pay", i)
+		}
+	}
+}
+
+// A lossy path that does not pay (a loss-based congestion control
+// collapses on it, and its holes hold the connection up) fails its trial
+// and stays aside; the trial is the only time it carries. A connection
+// with little in flight (idle) has no trial.
+func TestRAMPTCPSetsAsideALossyPathThatDoesNotPay(t *testing.T) {
+	r := testRAMPTCP()
+	backup := rampDelivery(t, r, 120, func(i int, inUse bool) (float64, float64) {
+		if inUse {
+			return mbitps(17), mbitps(18)
+		}
+		return mbitps(18), mbitps(18)
+	})
+	inUse := 0
+	for _, b := range backup {
+		if !b {
+			inUse++
+		}
+	}
+	if inUse == 0 || inUse > 7 {
+		t.Fatalf("in use %d of %d rounds, want only its trial (300 ms)", inUse, len(backup))
+	}
+	if st := r.Status().([]RAMPTCPConnStatus)[0].Paths[1]; st.State != "inactive" || st.Probes != 1 || st.Inactivations != 2 {
+		t.Fatalf("after its trial: %+v, want inactive after one trial (set aside twice)", st)
+	}
+	// Off, idle, or a loss-based congestion control: no trial at all,
+	// though the path would pay.
+	pays := func(_ int, inUse bool) (float64, float64) {
+		if inUse {
+			return mbitps(30), mbitps(18)
+		}
+		return mbitps(18), mbitps(18)
+	}
+	idle := func(int, bool) (float64, float64) { return mbitps(0.1), mbitps(0.1) }
+	bad := func(int) (float64, float64) { return 0.2, 0.8 }
+	for _, tc := range []struct {
+		name     string
+		trial    time.Duration
+		inFlight uint64
+		cc       string
+		rates    func(int, bool) (float64, float64)
+	}{
+		{"worth_trial 0", 0, 1 << 20, "bbr", pays},
+		{"idle", 300 * ms, 1000, "bbr", idle},
+		{"cubic", 300 * ms, 1 << 20, "cubic", pays},
+	} {
+		r = testRAMPTCP()
+		r.WorthTrial = tc.trial
+		for i, b := range rampDeliveryReports(t, r, 120, tc.inFlight, tc.cc, tc.rates, bad) {
+			if !b {
+				t.Fatalf("%s: in use at round %d while the last hop says bad", tc.name, i)
+			}
+		}
+	}
+}
+
+// A tolerated path's reports are good now and then (a lossy link's window
+// sometimes loses nothing): it stays tolerated through them, and becomes
+// simply active once they have been good for a hold.
+func TestRAMPTCPToleratedThroughIntermittentGoodReports(t *testing.T) {
+	r := testRAMPTCP()
+	var states []string
+	healed := 100
+	rates := func(i int, inUse bool) (float64, float64) {
+		if i > 0 {
+			states = append(states, r.Status().([]RAMPTCPConnStatus)[0].Paths[1].State)
+		}
+		if inUse {
+			return mbitps(30), mbitps(18)
+		}
+		return mbitps(18), mbitps(18)
+	}
+	backup := rampDeliveryReports(t, r, 140, 1<<20, "bbr", rates, func(i int) (float64, float64) {
+		if i >= healed || (i > 20 && i%2 == 0) {
+			return 0, 1
+		}
+		return 0.2, 0.8
+	})
+	for i := 8; i < len(backup); i++ {
+		if backup[i] {
+			t.Fatalf("set aside at round %d (state %s): good reports now and then must not end its toleration", i, states[i-1])
+		}
+	}
+	for i := 20; i < healed+19 && i < len(states); i++ {
+		if states[i] != "tolerated" {
+			t.Fatalf("round %d: %s, want tolerated until its reports have been good for a hold", i+1, states[i])
+		}
+	}
+	if st := r.Status().([]RAMPTCPConnStatus)[0].Paths[1].State; st != "active" {
+		t.Fatalf("good reports for 2 s: %s, want active", st)
 	}
 }
