@@ -3,8 +3,10 @@ package runner
 import (
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
+	"mpsteer/internal/api"
 	"mpsteer/internal/lab/recorder"
 	"mpsteer/internal/lab/report"
 	"mpsteer/internal/lab/scenario"
@@ -22,6 +24,14 @@ import (
 //	             retransmitted) over the new data sent on all paths
 //	retx_on_bad  bytes retransmitted on that path over the new data sent
 //	             on it
+//	retransmits_in_period
+//	             segments the sender retransmitted over the period, all
+//	             paths
+//	reaction_ms  from the event that starts the period to the first
+//	             applied action of the sending host's daemon that set the
+//	             lossy path backup (its address, or a subflow from it):
+//	             when a policy set the path aside (no daemon, or no such
+//	             action: no figure)
 //
 // Bytes, where the poster counts packets: the kernel's per-socket figures
 // are bytes (a retransmitted byte counts once per retransmission), and a
@@ -65,8 +75,16 @@ func (r *variantRun) lossMetrics(sum *report.Summary, samples []recorder.Sample)
 	if !ok {
 		return
 	}
-	newOn, newAll, retxOn, ok := sentInPeriod(samples, r.pathMapper(), r.upload, path, from, to)
-	if !ok || newAll == 0 {
+	in, ok := sentInPeriod(samples, r.pathMapper(), r.upload, path, from, to)
+	if !ok {
+		return
+	}
+	sum.Metrics["retransmits_in_period"] = in.segs
+	if ms, ok := r.reaction(sum, path, from); ok {
+		sum.Metrics["reaction_ms"] = ms
+	}
+	newOn, newAll, retxOn := in.newOn, in.newAll, in.retxOn
+	if newAll == 0 {
 		return
 	}
 	sum.Metrics["bad_share"] = newOn / newAll
@@ -75,16 +93,83 @@ func (r *variantRun) lossMetrics(sum *report.Summary, samples []recorder.Sample)
 	}
 }
 
+// daemonKeepsActions: the daemon's status keeps its last 100 action
+// records (daemon/records.go).
+const daemonKeepsActions = 100
+
+// reaction is reaction_ms: from the event that starts the lossy period
+// (its wall-clock time, as applied) to the first applied action of the
+// sending host's daemon that set the lossy path backup. No figure when
+// the daemon's records are full and begin after the event: the first may
+// have been dropped.
+func (r *variantRun) reaction(sum *report.Summary, path string, from time.Duration) (float64, bool) {
+	host, addr := "client", netip.Addr{}
+	if p := r.w.Path(path); p != nil {
+		addr = p.Client.Addr
+		if !r.upload {
+			host, addr = "server", p.Server.Addr
+		}
+	}
+	st, _ := sum.Daemon[host].(*api.Status)
+	if st == nil || !addr.IsValid() {
+		return 0, false
+	}
+	var at time.Time
+	for _, e := range sum.Events {
+		if e.Path == path && e.Action == string(scenario.ActSet) && e.Error == "" && !e.At.IsZero() &&
+			time.Duration(e.AtS*float64(time.Second)) >= from-100*time.Millisecond {
+			at = e.At
+			break
+		}
+	}
+	if at.IsZero() || len(st.Actions) >= daemonKeepsActions && st.Actions[0].At.After(at) {
+		return 0, false
+	}
+	for _, a := range st.Actions {
+		if a.At.Before(at) || a.Backup == nil || !*a.Backup || a.Result != "applied" || !targetFrom(a.Target, addr) {
+			continue
+		}
+		return float64(a.At.Sub(at)) / 1e6, true
+	}
+	return 0, false
+}
+
+// targetFrom reports whether an action's target is the address or a
+// subflow from it ("10.2.0.1", "endpoint 10.2.0.1",
+// "10.2.0.1:40000→10.1.0.2:5201").
+func targetFrom(target string, addr netip.Addr) bool {
+	for _, f := range strings.Fields(target) {
+		local, _, _ := strings.Cut(f, "→")
+		if a, err := netip.ParseAddr(local); err == nil && a == addr {
+			return true
+		}
+		if ap, err := netip.ParseAddrPort(local); err == nil && ap.Addr() == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// inPeriod is what the sending side's subflows did over the lossy
+// period: new data on the lossy path and on all paths, bytes
+// retransmitted on the lossy path (bytes), segments retransmitted on all
+// paths.
+type inPeriod struct {
+	newOn, newAll, retxOn, segs float64
+}
+
 // sentInPeriod sums, over the sending side's subflows, what each sent
 // between the last sample at or before from and the last sample at or
-// before to (a subflow that appears later counts from zero): the new data
-// on path, on all paths, and the bytes retransmitted on path.
-func sentInPeriod(samples []recorder.Sample, pmap report.PathMapper, upload bool, path string, from, to time.Duration) (newOn, newAll, retxOn float64, ok bool) {
+// before to (a subflow that appears later counts from zero).
+func sentInPeriod(samples []recorder.Sample, pmap report.PathMapper, upload bool, path string, from, to time.Duration) (in inPeriod, ok bool) {
 	type key struct {
 		token         uint32
 		local, remote netip.AddrPort
 	}
-	type counts struct{ sent, retx uint64 }
+	type counts struct {
+		sent, retx uint64
+		segs       uint32
+	}
 	host := "client"
 	side := func(s recorder.Sample) []observe.Subflow { return s.Client }
 	if !upload {
@@ -99,7 +184,7 @@ func sentInPeriod(samples []recorder.Sample, pmap report.PathMapper, upload bool
 		}
 		for _, sf := range side(s) {
 			k := key{sf.Token, sf.Local, sf.Remote}
-			c := counts{sf.BytesSent, sf.BytesRetrans}
+			c := counts{sf.BytesSent, sf.BytesRetrans, sf.TotalRetrans}
 			if s.T <= from {
 				first[k] = c
 			}
@@ -110,16 +195,17 @@ func sentInPeriod(samples []recorder.Sample, pmap report.PathMapper, upload bool
 	}
 	for k, c := range last {
 		c0 := first[k]
-		if pathOf[k] == "?" || c.sent < c0.sent || c.retx < c0.retx {
+		if pathOf[k] == "?" || c.sent < c0.sent || c.retx < c0.retx || c.segs < c0.segs {
 			continue
 		}
 		sent, retx := float64(c.sent-c0.sent), float64(c.retx-c0.retx)
 		fresh := max(0, sent-retx)
-		newAll += fresh
+		in.newAll += fresh
+		in.segs += float64(c.segs - c0.segs)
 		if pathOf[k] == path {
-			newOn += fresh
-			retxOn += retx
+			in.newOn += fresh
+			in.retxOn += retx
 		}
 	}
-	return newOn, newAll, retxOn, ok
+	return in, ok
 }

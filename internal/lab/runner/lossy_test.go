@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"mpsteer/internal/api"
 	"mpsteer/internal/lab/recorder"
 	"mpsteer/internal/lab/report"
 	"mpsteer/internal/lab/scenario"
@@ -20,7 +21,8 @@ func TestLossMetrics(t *testing.T) {
 	a, b := netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.2.0.1")
 	srv := netip.MustParseAddrPort("10.1.0.2:5201")
 	sub := func(addr netip.Addr, port uint16, sent, retx uint64) observe.Subflow {
-		return observe.Subflow{Local: netip.AddrPortFrom(addr, port), Remote: srv, Token: 7, BytesSent: sent, BytesRetrans: retx}
+		return observe.Subflow{Local: netip.AddrPortFrom(addr, port), Remote: srv, Token: 7, BytesSent: sent, BytesRetrans: retx,
+			TotalRetrans: uint32(retx / 500)}
 	}
 	var samples []recorder.Sample
 	var p1, p2, p2retx uint64
@@ -60,6 +62,12 @@ func TestLossMetrics(t *testing.T) {
 	if got, want := sum.Metrics["retx_on_bad"], 5000.0/10000; !near(got, want) {
 		t.Errorf("retx_on_bad %v, want %v", got, want)
 	}
+	if got := sum.Metrics["retransmits_in_period"]; got != 10 {
+		t.Errorf("retransmits_in_period %v, want 10 segments", got)
+	}
+	if _, ok := sum.Metrics["reaction_ms"]; ok {
+		t.Error("reaction_ms without a daemon")
+	}
 
 	// A download sends from the server: a loss on the up direction hits
 	// only ACKs, so it makes no lossy period; one on the down direction does.
@@ -88,3 +96,45 @@ func TestLossMetrics(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a > b-1e-9 && a < b+1e-9 }
+
+// reaction_ms: from the lossy period's event, as applied, to the sending
+// daemon's first applied action that set the lossy path backup.
+func TestReaction(t *testing.T) {
+	a, b := netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.2.0.1")
+	loss := units.Fraction(0.2)
+	s := &scenario.Scenario{Events: []scenario.Event{
+		{At: time.Second, Path: "p2", Action: scenario.ActSet, Dir: scenario.DirUp, Patch: scenario.Patch{Loss: &loss}}}}
+	w := &world.World{Plan: world.Plan{Paths: []world.PathInfo{
+		{Name: "p1", Client: world.PathEnd{Addr: a}}, {Name: "p2", Client: world.PathEnd{Addr: b}}}}}
+	r := &variantRun{s: s, v: &scenario.Variant{Name: "mptcp+ramptcp"}, w: w, upload: true}
+	t0 := time.Unix(1000, 0)
+	yes, no := true, false
+	rec := func(after time.Duration, target string, backup *bool, result string) api.ActionRecord {
+		return api.ActionRecord{At: t0.Add(after), Kind: "backup", Target: target, Backup: backup, Result: result}
+	}
+	st := &api.Status{Actions: []api.ActionRecord{
+		rec(-time.Second, "endpoint 10.2.0.1", &yes, "applied"),                   // before the loss
+		rec(10*time.Millisecond, "endpoint 10.1.0.1", &yes, "applied"),            // another path
+		rec(20*time.Millisecond, "endpoint 10.2.0.1", &no, "applied"),             // not backup
+		rec(30*time.Millisecond, "10.2.0.10:4000→10.1.0.2:5201", &yes, "applied"), // another address
+		rec(40*time.Millisecond, "endpoint 10.2.0.1", &yes, "refused"),
+		rec(55*time.Millisecond, "10.2.0.1:4000→10.1.0.2:5201", &yes, "applied"),
+	}}
+	sum := &report.Summary{Events: []report.EventRecord{{AtS: 1.0, Path: "p2", Action: "set", At: t0}},
+		Daemon: map[string]any{"client": st}}
+	if ms, ok := r.reaction(sum, "p2", time.Second); !ok || ms != 55 {
+		t.Errorf("reaction %v ms (%v), want 55", ms, ok)
+	}
+	// Records that begin after the event are complete while the daemon
+	// kept all it had; when it kept its last 100, the first may be lost.
+	st.Actions = st.Actions[1:]
+	if ms, ok := r.reaction(sum, "p2", time.Second); !ok || ms != 55 {
+		t.Errorf("reaction %v ms (%v) from 5 records, want 55", ms, ok)
+	}
+	for len(st.Actions) < daemonKeepsActions {
+		st.Actions = append(st.Actions, rec(time.Second, "endpoint 10.1.0.1", &no, "applied"))
+	}
+	if ms, ok := r.reaction(sum, "p2", time.Second); ok {
+		t.Errorf("reaction %v ms from 100 records that begin after the loss", ms)
+	}
+}

@@ -153,6 +153,9 @@ loop:
 	emu, _ := world.Control(w.Dir, world.Request{Op: "stats"})
 	samples := r.withoutCompetitors(rec.Samples)
 	sum := r.summarize(samples)
+	if daemonInfo != nil {
+		sum.Daemon = daemonInfo // lossMetrics reads the daemons' actions
+	}
 	if emu != nil {
 		sum.Emulator = emu.Links
 		r.recoveries(sum, emu.Links, samples)
@@ -161,9 +164,6 @@ loop:
 	r.floodMetrics(sum, samples)
 	r.lossMetrics(sum, samples)
 	r.periodShares(sum, samples) // shares.go
-	if daemonInfo != nil {
-		sum.Daemon = daemonInfo
-	}
 	return sum, r.writeFiles(sum, samples)
 }
 
