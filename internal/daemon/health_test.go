@@ -180,10 +180,10 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	}
 }
 
-// Under BBR a randomly lossy path keeps delivering: set aside on the
-// receiver's report, it gets its worth trial, and is kept in use despite
-// its loss because the connection delivers more with it than path a
-// alone (docs/daemon.md, "A lossy path that still pays").
+// Under BBR a randomly lossy path keeps delivering: when the receiver
+// reports it bad, it is judged in use, and kept in use despite its loss
+// because the connection delivers more with it than path a alone
+// (docs/daemon.md, "A lossy path that still pays").
 func TestHealthKeepsALossyPathThatPaysUnderBBR(t *testing.T) {
 	paths := strings.ReplaceAll(healthPaths, "cc: reno", "cc: bbr")
 	w := labtest.World(t, paths, "mptcp")

@@ -34,17 +34,17 @@ import (
 // intermittent loss cannot make it flap. While the receiver's last hop is
 // known to be bad (a radio keeps reporting while idle), no probe is spent.
 //
-// Worth its loss: a path set aside gets one trial soon after (WorthTrial),
-// whatever its reports say, to see whether the connection delivers more
-// in order with it than its other paths deliver on their own. A
-// loss-based congestion control (Reno, CUBIC) collapses on a randomly
-// lossy path and its holes hold up the connection, so the trial fails and
-// the path stays aside; a rate-based one (BBR) keeps such a path
-// delivering, and setting it aside would cost its share: a path with
-// which the connection delivers WorthGain more than the others alone is
-// kept in use despite its loss ("tolerated") until the connection
-// delivers less than the others alone (then it is set aside and retried
-// as above), or its reports have been good for a hold.
+// Worth its loss: whether a lossy path hurts depends on the sender's
+// congestion control. A loss-based one (Reno, CUBIC) collapses on a
+// randomly lossy path and its holes hold up the connection: such a path
+// goes inactive at once. A rate-based one (BBR, WorthCC) keeps it
+// delivering, and setting it aside would cost its share: such a path,
+// when its report turns bad, is judged in use for WorthTrial first, and
+// kept in use despite its loss ("tolerated") if the connection delivers
+// in order WorthGain more than its other paths do on their own; it goes
+// inactive when it did not, or later when the connection delivers less
+// than the others alone, and is simply active again once its reports
+// have been good for a hold.
 //
 // Never below single-path TCP over the better path: a connection always
 // keeps at least one path active (the healthiest), and without reports
@@ -81,16 +81,15 @@ type RAMPTCPConfig struct {
 	// inactive still leaves over it, at its failing rate, while the
 	// receiver waits for it. 0 leaves the kernel's default.
 	NotSentLowat units.Size `yaml:"notsent_lowat" min:"0B" max:"1GiB"`
-	// WorthTrial: this long after a path is set aside (once what it held
-	// has drained), it gets a trial (ProbeWindow long) whatever its
-	// reports say; a path with which the connection delivers in order
-	// WorthGain more than its other paths do on their own is kept in use
-	// despite its loss. 0 turns the check off. It needs the connection's
-	// in-order delivery (DATA_ACKs), which the kernel gives from 6.5 on.
+	// WorthTrial: a path whose subflows run a congestion control of
+	// WorthCC is judged in use this long when its report turns bad, and
+	// kept in use despite its loss if the connection delivers in order
+	// WorthGain more than its other paths do on their own. 0 sets it
+	// aside at once. It needs the connection's in-order delivery
+	// (DATA_ACKs), which the kernel gives from 6.5 on.
 	WorthTrial time.Duration  `yaml:"worth_trial"`
 	WorthGain  units.Fraction `yaml:"worth_gain"`
-	// WorthCC: the trial runs only on paths whose subflows run one of
-	// these congestion controls, those that keep a randomly lossy path
+	// WorthCC: the congestion controls that keep a randomly lossy path
 	// delivering; under a loss-based one (Reno, CUBIC) such a path
 	// collapses and a trial only holds the connection up. Empty: any.
 	WorthCC []string `yaml:"worth_cc"`
@@ -124,7 +123,7 @@ type rampKey struct{ local, remote uint8 }
 
 type rampPath struct {
 	born          time.Time
-	state         string // active, inactive, probing, tolerated
+	state         string // active, trial, tolerated, inactive, probing
 	since         time.Time
 	hold          time.Duration
 	probeStart    time.Time
@@ -133,12 +132,11 @@ type rampPath struct {
 	probes        int
 	why           string
 	lastInactive  time.Time
-	// The worth check (WorthTrial): whether this spell aside has had its
-	// trial, whether the current probe is that trial, and what the
-	// connection delivered in order and its other paths on their own over
-	// the trial, or the last rampToleratedWindow while tolerated (bytes/s).
+	// The worth check (WorthTrial): whether the path had its trial since
+	// it was last active with good reports, and what the connection
+	// delivered in order and its other paths on their own over the trial,
+	// or the last rampToleratedWindow while tolerated (bytes/s).
 	worthChecked bool
-	worthTrial   bool
 	with, others float64
 	// goodSince: since when a tolerated path's reports have been good.
 	goodSince time.Time
@@ -240,7 +238,7 @@ type RAMPTCPConnStatus struct {
 type RAMPTCPPathStatus struct {
 	Path          string   `json:"path"` // "local id→remote id"
 	Subflows      []string `json:"subflows"`
-	State         string   `json:"state"` // active, inactive, probing, tolerated
+	State         string   `json:"state"` // active, trial, tolerated, inactive, probing
 	LossPct       *float64 `json:"loss_pct,omitempty"`
 	LastHopPct    *float64 `json:"last_hop_pct,omitempty"`
 	ReportAgeMs   *float64 `json:"report_age_ms,omitempty"`
@@ -472,20 +470,26 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 		switch ps.state {
 		case "active":
 			ps.why = "active: " + what
+			if bad && r.startWorthTrial(now, ps, c, subflowsOf[k], what) {
+				break
+			}
 			if bad {
 				ps.state, ps.since = "inactive", now
 				ps.inactivations++
 				ps.lastInactive = now
-				ps.worthChecked, ps.with, ps.others = false, 0, 0
 				ps.why = fmt.Sprintf("inactive: the receiver reports %s (limits: loss %.1f%%, last hop %.1f%%); hold %s",
 					what, 100*float64(r.LossHigh), 100*float64(r.HealthLow), ps.hold)
+			}
+		case "trial":
+			if !now.Before(ps.probeUntil) {
+				r.endWorthTrial(now, ps, st, k, what)
+			} else {
+				ps.why = fmt.Sprintf("judged in use for %s more (does the connection deliver more with it than its other paths alone?): %s",
+					fmtMs(ps.probeUntil.Sub(now)), what)
 			}
 		case "tolerated":
 			r.tolerated(now, ps, st, k, isFresh && good, what)
 		case "inactive":
-			if r.startWorthTrial(now, ps, c, subflowsOf[k]) {
-				break
-			}
 			if now.Sub(ps.since) < ps.hold {
 				break
 			}
@@ -501,11 +505,6 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 		case "probing":
 			recent := isFresh && h.Received.After(ps.probeStart)
 			switch {
-			case ps.worthTrial && !now.Before(ps.probeUntil):
-				r.endWorthTrial(now, ps, st, k, what)
-			case ps.worthTrial:
-				ps.why = fmt.Sprintf("on trial for %s more (does the connection deliver more with it than its other paths alone?): %s",
-					fmtMs(ps.probeUntil.Sub(now)), what)
 			case recent && bad:
 				ps.hold = min(2*ps.hold, r.MaxHold)
 				ps.state, ps.since = "inactive", now
@@ -513,7 +512,7 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 				ps.lastInactive = now
 				ps.why = fmt.Sprintf("inactive again: the probe brought %s; hold %s", what, ps.hold)
 			case !now.Before(ps.probeUntil) && recent && good:
-				ps.state, ps.since, ps.hold = "active", now, r.Hold
+				ps.state, ps.since, ps.hold, ps.worthChecked = "active", now, r.Hold, false
 				ps.why = "active again: the probe brought " + what
 			case !now.Before(ps.probeUntil):
 				ps.hold = min(2*ps.hold, r.MaxHold)
@@ -596,41 +595,35 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 	return out, cs
 }
 
-// startWorthTrial starts the worth check's trial of an inactive path:
-// once per spell aside, WorthTrial after it began, when its subflows run
-// a congestion control of WorthCC, the kernel gives the connection's
-// in-order delivery and the connection has enough unacknowledged to show
-// what the path adds.
-func (r *RAMPTCP) startWorthTrial(now time.Time, ps *rampPath, c *Conn, sfs []observe.Subflow) bool {
-	if r.WorthTrial <= 0 || ps.worthChecked || now.Sub(ps.since) < r.WorthTrial {
+// startWorthTrial starts a lossy path's trial in use, when its subflows
+// run a congestion control of WorthCC, the kernel gives the connection's
+// in-order delivery, the connection has enough unacknowledged to show
+// what the path adds, and the path had no trial since it was last active
+// with good reports.
+func (r *RAMPTCP) startWorthTrial(now time.Time, ps *rampPath, c *Conn, sfs []observe.Subflow, what string) bool {
+	if r.WorthTrial <= 0 || ps.worthChecked || c.BytesAcked == 0 || c.BytesSent < c.BytesAcked+rampBusy {
 		return false
 	}
 	if len(r.WorthCC) > 0 && !slices.ContainsFunc(sfs, func(sf observe.Subflow) bool { return slices.Contains(r.WorthCC, sf.CC) }) {
-		ps.worthChecked = true // a loss-based control: the path collapses, a trial cannot pay
 		return false
 	}
-	if c.BytesAcked == 0 || c.BytesSent < c.BytesAcked+rampBusy {
-		return false
-	}
-	ps.worthChecked, ps.worthTrial = true, true
-	ps.state, ps.probeStart, ps.probeUntil = "probing", now, now.Add(r.ProbeWindow)
-	ps.probes++
-	ps.why = fmt.Sprintf("on trial for %s: does the connection deliver more with it than its other paths alone?", r.ProbeWindow)
+	ps.worthChecked, ps.with, ps.others = true, 0, 0
+	ps.state, ps.since, ps.probeStart, ps.probeUntil = "trial", now, now, now.Add(r.WorthTrial)
+	ps.why = fmt.Sprintf("judged in use for %s: the receiver reports %s; does the connection deliver more with it than its other paths alone?",
+		r.WorthTrial, what)
 	return true
 }
 
-// endWorthTrial judges a path's worth trial: kept in use if the
-// connection delivered in order WorthGain more than its other paths did
-// on their own over the trial. While no two samples fall in the trial
-// (the daemon decided between samples), it goes on, up to twice its
-// length.
+// endWorthTrial judges a path's trial: kept in use if the connection
+// delivered in order WorthGain more than its other paths did on their
+// own. While no two samples fall in the trial (the daemon decided between
+// samples), it goes on, up to twice its length.
 func (r *RAMPTCP) endWorthTrial(now time.Time, ps *rampPath, st *rampConn, k rampKey, what string) {
 	with, others, ok := st.delivered(ps.probeStart.Add(rampSettle), k)
-	if !ok && now.Before(ps.probeUntil.Add(r.ProbeWindow)) {
-		ps.why = "on trial until the connection's delivery is sampled: " + what
+	if !ok && now.Before(ps.probeUntil.Add(r.WorthTrial)) {
+		ps.why = "judged in use until the connection's delivery is sampled: " + what
 		return
 	}
-	ps.worthTrial = false
 	ps.with, ps.others = with, others
 	if ok && with > 0 && with >= others*(1+float64(r.WorthGain)) {
 		ps.state, ps.since, ps.goodSince = "tolerated", now, time.Time{}
@@ -640,7 +633,7 @@ func (r *RAMPTCP) endWorthTrial(now time.Time, ps *rampPath, st *rampConn, k ram
 	ps.state, ps.since = "inactive", now
 	ps.inactivations++
 	ps.lastInactive = now
-	ps.why = fmt.Sprintf("inactive: its trial did not pay (the connection delivered %s with it, its other paths %s alone; %s); hold %s",
+	ps.why = fmt.Sprintf("inactive: it did not pay in use (the connection delivered %s with it, its other paths %s alone; %s); hold %s",
 		mbitOrUnknown(with, ok), mbitOrUnknown(others, ok), what, ps.hold)
 }
 
@@ -662,7 +655,7 @@ func (r *RAMPTCP) tolerated(now time.Time, ps *rampPath, st *rampConn, k rampKey
 	case ps.goodSince.IsZero():
 		ps.goodSince = now
 	case now.Sub(ps.goodSince) >= r.Hold:
-		ps.state, ps.since, ps.hold = "active", now, r.Hold
+		ps.state, ps.since, ps.hold, ps.worthChecked = "active", now, r.Hold, false
 		ps.why = fmt.Sprintf("active again: good reports for %s (%s)", r.Hold, what)
 		return
 	}
