@@ -71,6 +71,18 @@ func healthLoaded(t *testing.T, d *testutil.Daemon, parse bool) {
 	})
 }
 
+// startReportingPair starts the server's daemon reporting path health
+// from source and the client's running ramptcp, and waits until both
+// have their path-health programs loaded.
+func startReportingPair(t *testing.T, w *labworld.World, source string) (srv, cli *testutil.Daemon) {
+	t.Helper()
+	srv = testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: "+source+"}\n")
+	cli = testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
+	healthLoaded(t, srv, false)
+	healthLoaded(t, cli, true)
+	return srv, cli
+}
+
 func subflowsOf(st *api.Status) []api.SubflowStatus {
 	var out []api.SubflowStatus
 	for _, c := range st.Connections {
@@ -84,10 +96,7 @@ func subflowsOf(st *api.Status) []api.SubflowStatus {
 // path b go bad when its last hop starts losing, and sets it aside.
 func TestHealthReportsEndToEnd(t *testing.T) {
 	w := labtest.World(t, healthPaths, "mptcp")
-	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: lab}\n")
-	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
-	healthLoaded(t, srv, false)
-	healthLoaded(t, cli, true)
+	srv, cli := startReportingPair(t, w, "lab")
 	bAddr := w.Path("b").Client.Addr.String()
 	check := func(st *api.Status) error {
 		if st == nil || st.Health == nil || !st.Health.Parse {
@@ -187,10 +196,7 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 func TestHealthKeepsALossyPathThatPaysUnderBBR(t *testing.T) {
 	paths := strings.ReplaceAll(healthPaths, "cc: reno", "cc: bbr")
 	w := labtest.World(t, paths, "mptcp")
-	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: lab}\n")
-	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
-	healthLoaded(t, srv, false)
-	healthLoaded(t, cli, true)
+	_, cli := startReportingPair(t, w, "lab")
 	u := startUpload(t, w)
 	u.receive(5<<20, 10*time.Second)
 	conns, err := u.s.Conns()
@@ -288,10 +294,7 @@ func TestHealthOptionStripped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := testutil.StartDaemon(t, w.Host(labworld.Server).NetNS, "report_health: {source: transport}\n")
-	cli := testutil.StartDaemon(t, w.Host(labworld.Client).NetNS, "policies: [{name: ramptcp}]\n")
-	healthLoaded(t, srv, false)
-	healthLoaded(t, cli, true)
+	srv, cli := startReportingPair(t, w, "transport")
 	u := startUpload(t, w)
 	// The transfer goes on; the server writes reports and the middlebox
 	// strips them; the client's program armed both subflows, and its
