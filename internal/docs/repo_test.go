@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"mpsteer/internal/docs/legacy"
 )
 
 const repo = "../.."
@@ -192,18 +192,12 @@ func TestCheckNamesDataChangedByHand(t *testing.T) {
 // firstLegacyScenario is the first scenario docs/data/legacy.yaml converts.
 func firstLegacyScenario(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repo, "docs/data/legacy.yaml"))
+	mf, err := legacy.LoadManifest(filepath.Join(repo, "docs/data/legacy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Scenarios yaml.Node `yaml:"scenarios"`
-	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if doc.Scenarios.Kind != yaml.MappingNode || len(doc.Scenarios.Content) == 0 {
+	if len(mf.Scenarios) == 0 {
 		t.Skip("no scenario is converted from legacy sources any more")
 	}
-	return doc.Scenarios.Content[0].Value
+	return mf.Scenarios[0].Name
 }
