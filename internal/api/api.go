@@ -49,18 +49,19 @@ func netnsInode(path string) (uint64, error) {
 // Status is what `mpsteer status` shows; docs/daemon.md describes each
 // field.
 type Status struct {
-	PID         int               `json:"pid"`
-	NetNS       string            `json:"netns"`
-	Config      string            `json:"config"`
-	PathManager string            `json:"path_manager"`
-	BackupVia   string            `json:"backup_via"`
-	IntervalMs  float64           `json:"interval_ms"`
-	Hint        []string          `json:"prefer_hint,omitempty"`
-	Policies    []PolicyStatus    `json:"policies"`
-	Connections []ConnStatus      `json:"connections"`
-	Actions     []ActionRecord    `json:"recent_actions"`
-	Reaction    Latency           `json:"reaction_latency"`
-	RTO         map[string]uint64 `json:"rto_max_program,omitempty"`
+	PID         int            `json:"pid"`
+	NetNS       string         `json:"netns"`
+	Config      string         `json:"config"`
+	PathManager string         `json:"path_manager"`
+	BackupVia   string         `json:"backup_via"`
+	IntervalMs  float64        `json:"interval_ms"`
+	Hint        []string       `json:"prefer_hint,omitempty"`
+	Policies    []PolicyStatus `json:"policies"`
+	Connections []ConnStatus   `json:"connections"`
+	// Actions are the daemon's last RecentActions action records.
+	Actions  []ActionRecord    `json:"recent_actions"`
+	Reaction Latency           `json:"reaction_latency"`
+	RTO      map[string]uint64 `json:"rto_max_program,omitempty"`
 	// AvoidInitial is prefer's avoid_initial program, when loaded: the
 	// address connections start from and its counters.
 	AvoidInitial map[string]any    `json:"avoid_initial_program,omitempty"`
@@ -243,6 +244,9 @@ type Decision struct {
 	Backup bool   `json:"backup"`
 	Reason string `json:"reason"`
 }
+
+// RecentActions is how many action records the status keeps (the last).
+const RecentActions = 100
 
 // ActionRecord is one action the daemon took and what became of it.
 type ActionRecord struct {

@@ -29,7 +29,7 @@ func (r *recordLog) init() {
 }
 
 // add logs the records (a refusal once), hands them to the metrics and
-// the monitor, and keeps the last 100.
+// the monitor, and keeps the last api.RecentActions.
 func (r *recordLog) add(d *Daemon, acts ...api.ActionRecord) {
 	for _, a := range acts {
 		if a.Kind == "state" {
@@ -41,8 +41,8 @@ func (r *recordLog) add(d *Daemon, acts ...api.ActionRecord) {
 	}
 	d.ops.recorded(acts) // metrics, monitor
 	r.recent = append(r.recent, acts...)
-	if n := len(r.recent); n > 100 {
-		r.recent = r.recent[n-100:]
+	if n := len(r.recent); n > api.RecentActions {
+		r.recent = r.recent[n-api.RecentActions:]
 	}
 }
 

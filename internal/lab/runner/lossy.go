@@ -93,10 +93,6 @@ func (r *variantRun) lossMetrics(sum *report.Summary, samples []recorder.Sample)
 	}
 }
 
-// daemonKeepsActions: the daemon's status keeps its last 100 action
-// records (daemon/records.go).
-const daemonKeepsActions = 100
-
 // reaction is reaction_ms: from the event that starts the lossy period
 // (its wall-clock time, as applied) to the first applied action of the
 // sending host's daemon that set the lossy path backup. No figure when
@@ -122,7 +118,7 @@ func (r *variantRun) reaction(sum *report.Summary, path string, from time.Durati
 			break
 		}
 	}
-	if at.IsZero() || len(st.Actions) >= daemonKeepsActions && st.Actions[0].At.After(at) {
+	if at.IsZero() || len(st.Actions) >= api.RecentActions && st.Actions[0].At.After(at) {
 		return 0, false
 	}
 	for _, a := range st.Actions {

@@ -131,7 +131,7 @@ func TestReaction(t *testing.T) {
 	if ms, ok := r.reaction(sum, "p2", time.Second); !ok || ms != 55 {
 		t.Errorf("reaction %v ms (%v) from 5 records, want 55", ms, ok)
 	}
-	for len(st.Actions) < daemonKeepsActions {
+	for len(st.Actions) < api.RecentActions {
 		st.Actions = append(st.Actions, rec(time.Second, "endpoint 10.1.0.1", &no, "applied"))
 	}
 	if ms, ok := r.reaction(sum, "p2", time.Second); ok {
