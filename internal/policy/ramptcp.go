@@ -146,7 +146,8 @@ type rampConn struct {
 	paths map[rampKey]*rampPath
 	// acked: the connection's in-order delivery (DATA_ACKed bytes) and
 	// each path's own (its subflows' TCP-level acknowledged bytes), as
-	// sampled over the last few seconds, for the worth check.
+	// sampled over the last few seconds while a path is judged (see
+	// judging), for the worth check.
 	acked []ackSample
 	// sender signal: per subflow samples
 	sent map[SubflowID]*rampSamples
@@ -167,6 +168,20 @@ const rampSettle = 100 * time.Millisecond
 // DATA_ACKed) has too little to send to show what a path is worth (an
 // idle control connection): it gets no worth trial.
 const rampBusy = 64 << 10
+
+// judging reports whether a path of the connection is on trial or
+// tolerated: only then is its delivery sampled (a trial is judged on
+// samples taken after it began, a tolerated path on the last
+// rampToleratedWindow of them, all taken while it was tolerated or on
+// trial).
+func (st *rampConn) judging() bool {
+	for _, ps := range st.paths {
+		if ps.state == "trial" || ps.state == "tolerated" {
+			return true
+		}
+	}
+	return false
+}
 
 // record keeps the connection's delivery, and its paths', sampled at `at`.
 func (st *rampConn) record(at time.Time, c *Conn) {
@@ -307,11 +322,15 @@ func (r *RAMPTCP) Decide(s *Snapshot) []Action {
 			st = &rampConn{paths: map[rampKey]*rampPath{}, sent: map[SubflowID]*rampSamples{}}
 			r.conns[c.Token] = st
 		}
-		sampled := s.Sampled
-		if sampled.IsZero() {
-			sampled = s.Now
+		if st.judging() {
+			sampled := s.Sampled
+			if sampled.IsZero() {
+				sampled = s.Now
+			}
+			st.record(sampled, c)
+		} else {
+			st.acked = nil
 		}
-		st.record(sampled, c)
 		acts, cs := r.decideConn(s.Now, c, st)
 		out = append(out, acts...)
 		if cs != nil {
