@@ -154,12 +154,16 @@ func buildDynThresh(m *yamlcfg.Map, env Env) Policy {
 
 // NewDynThresh makes the policy with its defaults.
 func NewDynThresh() *DynThresh {
-	return &DynThresh{Mode: dtShaped,
+	d := &DynThresh{Mode: dtShaped,
 		DynThreshConfig: DynThreshConfig{Metric: "measured", Window: time.Second, Warmup: 200 * time.Millisecond,
 			WarmupRTTs: 10, Margin: 0.1},
 		DynThreshProbeConfig: DynThreshProbeConfig{ProbeInterval: time.Second, MaxProbeInterval: 8 * time.Second,
 			ProbeWindow: 300 * time.Millisecond},
 		conns: map[uint32]*dtConn{}, sh: newShaper()}
+	// (Its Table 1 figures were measured without the in-time gate and the
+	// ProbeRTT pause.)
+	d.sh.InTimeGate, d.sh.ProbeRTTPause = false, false
+	return d
 }
 
 // Requirements: in the shaped mode, the shaper's.

@@ -46,6 +46,21 @@ import (
 //     leaves less than a burst per lag, it stays uncapped: the trial and
 //     the safety net, which see what the connection delivers, decide (the
 //     model is conservative: MPTCP's bursts are often smaller).
+//
+// With InTimeGate (ecf's default; dynthresh keeps it off), the model also
+// keeps a far path out where it cannot help:
+//   - no room: a far path that carries goes aside when the main path
+//     alone fills the window within the lag (C_main·(1+Gain)·lag ≥
+//     Headroom·W, once the main path has carried for a second): nothing
+//     it could carry arrives in time;
+//   - unfit: a far path set aside while the model says it cannot carry its
+//     rate in time (inTimeRate below what it has carried) gets no further
+//     trial until the window or the main path's rate has changed by a
+//     quarter since: in the same conditions a trial costs the connection
+//     most of its rate for its period and can only fail again (ecf-50-10-
+//     512k: three trials at 4, 15 and 11 Mbit/s against 47 without);
+//     and such a path goes aside after 1 s of the main path waiting on it,
+//     not 2.
 type shaper struct {
 	ShaperConfig
 	conns map[uint32]*shapeConn
@@ -99,6 +114,13 @@ type ShaperConfig struct {
 	// peer advertises; a TCP window is at most 1 GiB).
 	Window     units.Size `yaml:"window" min:"0B" max:"1GiB"`
 	WarmupRTTs float64    `yaml:"warmup_rtts" min:"0" max:"1000"`
+	// InTimeGate: a far path is kept out where the in-time model says it
+	// cannot help (see shaper: "no room", "unfit").
+	InTimeGate bool `yaml:"in_time_gate"`
+	// ProbeRTTPause: the safety net pauses while the main path runs BBR's
+	// ProbeRTT (its window at 4 segments) and for a second and an RTT
+	// after: the dip is the main path's own, not what another path holds up.
+	ProbeRTTPause bool `yaml:"probe_rtt_pause"`
 	// NotSentLowat bounds what MPTCP queues, unsent, on each subflow
 	// (TCP_NOTSENT_LOWAT): data queued on a path that is then set aside
 	// must still go out there, and the receiver waits for it. Off by
@@ -115,7 +137,7 @@ func (p *shaper) requirements() Requirements {
 func newShaper() shaper {
 	return shaper{ShaperConfig: ShaperConfig{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true,
 		SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
-		Headroom: 0.9, WarmupRTTs: 10}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
+		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 
 type shapeConn struct {
@@ -124,6 +146,8 @@ type shapeConn struct {
 	agg    rate        // DATA_ACKed bytes per second, over 1 s
 	recent recentRates // agg over the last 3 s, for its median
 	below  time.Time   // since when it delivers less than without its other paths
+	// probeRTT: when its main path was last seen in BBR's ProbeRTT.
+	probeRTT time.Time
 	trial  SubflowID   // the subflow on trial (zero: none)
 	// alone: what the connection delivered without the subflow last put on
 	// trial (0: no trial yet; the main path's level counts).
@@ -172,6 +196,16 @@ type shapeSub struct {
 	// delivered meanwhile); its group's verdict is still to come.
 	judged bool
 	during float64
+	// The in-time gate (InTimeGate): recorded the first round it is
+	// aside, the window and the main path's rate then, and whether the
+	// model said it could not carry its rate in time (unfit); gateHeld: it
+	// is unfit and neither has changed by a quarter since (no trial).
+	gateSet  bool
+	unfit    bool
+	gateAt   time.Time
+	gateWnd  uint64
+	gateMain float64
+	gateHeld bool
 }
 
 // ShapeSubflowStatus is one subflow's numbers and state.
@@ -224,10 +258,12 @@ func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
 			addr := id.Local.Addr()
 			switch {
 			case sub.state == shAside && !sub.nextTrial.IsZero():
-				if h := p.held[addr]; sub.nextTrial.After(h.until) {
+				h := p.held[addr]
+				if sub.nextTrial.After(h.until) {
 					h.until = sub.nextTrial
-					p.held[addr] = h
 				}
+				h.gated = h.gated || sub.gateHeld
+				p.held[addr] = h
 			case sub.state == shTrial:
 				h := p.held[addr]
 				h.running = true

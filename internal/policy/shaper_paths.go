@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -75,6 +76,44 @@ func inTimeRate(hw float64, lag time.Duration, c float64) float64 {
 		return 0
 	}
 	return (-b + math.Sqrt(disc)) / (2 * l)
+}
+
+// pathLag is how far what a far path carries lags the main path's: the
+// time from a byte sent on it to its DATA_ACK returning over the main
+// path, about the mean of the two base RTTs.
+func pathLag(sf, main observe.Subflow) time.Duration { return (baseRTT(sf) + baseRTT(main)) / 2 }
+
+// mainCapacity is what the main path can carry, for the in-time gate: the
+// most of its median over 3 s, its last second and its best second of the
+// last 30 s (what it carries while a far path holds it up is no measure).
+func (p *shaper) mainCapacity(r *shapeRound) float64 {
+	c := math.Max(r.mainNow, r.cur[r.mainID])
+	if b, ok := r.ms.best.get(); ok {
+		c = math.Max(c, b)
+	}
+	return c
+}
+
+// mainKnown tells whether the main path has carried long enough for its
+// rate to be known: past its warm-up, a full second.
+func (r *shapeRound) mainKnown() bool { return !r.warming && r.now.Sub(r.ms.seen) >= time.Second }
+
+// noRoom tells whether the main path, at what it can carry, fills the
+// window planned for within the lag of the far path sf with Gain to spare
+// (nothing sf carries arrives in time), and why.
+func (p *shaper) noRoom(r *shapeRound, sf observe.Subflow) (string, bool) {
+	c, lag := p.mainCapacity(r), pathLag(sf, r.main)
+	if r.wnd == 0 || c*(1+float64(p.Gain))*lag.Seconds() < float64(p.Headroom)*float64(r.wnd) {
+		return "", false
+	}
+	return fmt.Sprintf("no room: the main path's %s alone fills %.0f%% of the %s window within the %s its data lags",
+		mbit(c), float64(p.Headroom)*100, units.Size(r.wnd), fmtMs(lag)), true
+}
+
+// fitsInTime tells whether the in-time model lets a far path carry what it
+// has carried beside what the main path can carry (see inTimeRate).
+func (p *shaper) fitsInTime(r *shapeRound, sf observe.Subflow, s *shapeSub) bool {
+	return inTimeRate(float64(p.Headroom)*float64(r.wnd), pathLag(sf, r.main), p.mainCapacity(r)) >= s.capacity(sf)
 }
 
 // baseRTT is a subflow's lowest RTT (its SRTT until the kernel has one).

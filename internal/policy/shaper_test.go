@@ -354,8 +354,12 @@ func TestShaperSetsAsideAFarPathTheMainPathWaitsOn(t *testing.T) {
 	// 100 ms against 40 ms: near enough to enter (within EntryFactor), far
 	// enough to lag. It carries 40% of the main path's rate, so its entry
 	// keeps it; but the main path sits idle (nothing in flight) while it
-	// has data in flight: the connection waits on it.
-	s := newShapeSim(t, NewECF(), 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, 0})
+	// has data in flight: the connection waits on it. (The in-time gate
+	// off: with this window the main path alone fills it within the lag,
+	// which sets the path aside first; see TestShaperInTimeGate.)
+	p := NewECF()
+	p.sh.InTimeGate = false
+	s := newShapeSim(t, p, 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, 0})
 	s.sfs[0].Unacked, s.sfs[1].Unacked = 0, 30
 	s.run(10)
 	if b := s.backups[s.id(1)]; b.Backup {
@@ -368,11 +372,51 @@ func TestShaperSetsAsideAFarPathTheMainPathWaitsOn(t *testing.T) {
 
 	// The same path while the main path is busy (half its window in
 	// flight): it stays.
-	s = newShapeSim(t, NewECF(), 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, 0})
+	p = NewECF()
+	p.sh.InTimeGate = false
+	s = newShapeSim(t, p, 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, 0})
 	s.sfs[0].Unacked, s.sfs[1].Unacked = s.sfs[0].Cwnd/2, 30
 	s.run(60)
 	if b := s.backups[s.id(1)]; b.Backup || s.trials[s.id(1)] != 0 {
 		t.Fatalf("main path busy, after 6 s: %+v, %d trials; want carrying", b, s.trials[s.id(1)])
+	}
+}
+
+func TestShaperInTimeGate(t *testing.T) {
+	// 50 Mbit/s at 40 ms beside 20 Mbit/s at 100 ms in a 256 KiB window:
+	// the main path alone fills the window within the 70 ms the far one
+	// lags (437 KiB), so whatever the far path carries holds the
+	// connection up. The main path is busy (the held rule sees nothing).
+	mk := func(p Policy) *shapeSim {
+		s := newShapeSim(t, p, 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, 0})
+		s.sfs[0].Unacked, s.sfs[1].Unacked = s.sfs[0].Cwnd/2, 30
+		return s
+	}
+	s := mk(NewECF())
+	s.run(20)
+	b := s.backups[s.id(1)]
+	if !b.Backup || !strings.Contains(b.Reason, "no room: the main path's") || !strings.Contains(b.Reason, "it waits until the 256KiB window") {
+		t.Fatalf("after 2 s: %+v, want aside: no room, waiting for the window or the main path's rate to change", b)
+	}
+	s.run(200)
+	if n := s.trials[s.id(1)]; n != 0 || !s.backups[s.id(1)].Backup {
+		t.Fatalf("20 s later: %d trials, %+v; want none while nothing changed", n, s.backups[s.id(1)])
+	}
+	// The window grows to 4 MiB: there is room, and a trial comes.
+	for i := range s.sfs {
+		s.sfs[i].SndWnd = 4 << 20
+	}
+	s.run(40)
+	if n := s.trials[s.id(1)]; n == 0 {
+		t.Fatalf("4 s after the window grew to 4 MiB: no trial (%+v)", s.backups[s.id(1)])
+	}
+
+	// dynthresh keeps the gate off (its Table 1 figures were measured
+	// without it): the path carries.
+	d := mk(NewDynThresh())
+	d.run(40)
+	if b := d.backups[d.id(1)]; b.Backup {
+		t.Fatalf("dynthresh after 4 s: %+v, want carrying", b)
 	}
 }
 
@@ -388,6 +432,7 @@ func TestShaperStartsTheTrialsOfOneAddressTogether(t *testing.T) {
 	}
 	p := NewECF()
 	p.sh.Margin = 0.99 // the safety net out of the way: the held rule decides
+	p.sh.InTimeGate = false
 	a, b := mk(p), mk(p)
 	b.sfs[0].Unacked = b.sfs[0].Cwnd / 2 // busy for now: not waiting on its far path
 	runShapeSims(20, a, b)
@@ -421,6 +466,7 @@ func TestShaperJudgesTheTrialsOfOneAddressTogether(t *testing.T) {
 	}
 	p := NewECF()
 	p.sh.Margin = 0.99 // the safety net out of the way
+	p.sh.InTimeGate = false
 	a, b := mk(p, 0), mk(p, 0.3)
 	for r := 0; r < 100 && a.trials[a.id(1)] == 0; r++ {
 		runShapeSims(1, a, b)
@@ -461,6 +507,44 @@ func TestShaperTrialLastsTrialRTTs(t *testing.T) {
 		}
 		if rounds < want[0] || rounds > want[1] {
 			t.Errorf("%q: on trial for %d rounds of 100 ms, want %d to %d", src, rounds, want[0], want[1])
+		}
+	}
+}
+
+func TestShaperSafetyNetPausesAroundProbeRTT(t *testing.T) {
+	// Two near paths under BBR, 40 and 5 Mbit/s, both carrying. The main
+	// path runs a ProbeRTT: its window at 4 segments, nothing delivered
+	// for 600 ms (the lab's ProbeRTT and what waited behind it). The
+	// connection's 1 s rate stays under 90% of the main path's alone for
+	// over a second: the safety net's trigger. With
+	// the pause the other path stays; without it, it goes aside.
+	for _, pause := range []bool{true, false} {
+		p := NewECF()
+		p.sh.ProbeRTTPause = pause
+		p.sh.SlowShare = 0.05 // (it stays past its entry)
+		s := newShapeSim(t, p, 8<<20, pathSim{a1, 40e6, 10 * ms, 0}, pathSim{a2, 5e6, 10 * ms, 0})
+		for i := range s.sfs {
+			s.sfs[i].CC = "bbr"
+		}
+		s.run(50)
+		if b := s.backups[s.id(1)]; b.Backup {
+			t.Fatalf("pause %v: the joiner after 5 s: %+v, want carrying", pause, b)
+		}
+		main := 0
+		if st := p.Status().([]ShapeConnStatus); st[0].Main == s.id(1).String() {
+			main = 1
+		}
+		cwnd, rate := s.sfs[main].Cwnd, s.paths[main].capacity
+		s.sfs[main].Cwnd, s.paths[main].capacity, s.paths[1-main].capacity = 4, 0, 0
+		s.run(6)
+		s.sfs[main].Cwnd, s.paths[main].capacity, s.paths[1-main].capacity = cwnd, rate, 5e6
+		aside := false
+		for i := 0; i < 20; i++ {
+			s.run(1)
+			aside = aside || s.backups[s.id(1-main)].Backup
+		}
+		if aside == pause {
+			t.Errorf("probe_rtt_pause %v: the other path set aside %v after the main path's ProbeRTT (%s)", pause, aside, s.backups[s.id(1-main)].Reason)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"mpsteer/internal/observe"
+	"mpsteer/internal/units"
 )
 
 // The shaper's trials: when one is due, how it is judged, and the trials
@@ -15,13 +16,40 @@ import (
 type trialHold struct {
 	until   time.Time
 	running bool
+	// gated: one aside subflow from it is held by the in-time gate (under
+	// the kernel path manager a trial would put it back to work too).
+	gated bool
 }
 
 // trialDue tells whether every aside subflow from addr is due for its
-// trial and none from it is on trial since an earlier round.
+// trial, none is held by the in-time gate, and none from it is on trial
+// since an earlier round.
 func (p *shaper) trialDue(now time.Time, addr netip.Addr) bool {
 	h := p.held[addr]
-	return !h.running && !now.Before(h.until)
+	return !h.running && !h.gated && !now.Before(h.until)
+}
+
+// gate keeps the in-time gate of a subflow (see shaper, InTimeGate): the
+// first round it is aside, it records the window and the main path's
+// rate, and whether the model says it cannot carry its rate in time;
+// while it is aside and unfit, its trials wait until either has changed
+// by a quarter (the main path's rate fallen to three quarters of what it
+// could carry), or for the longest retry (16× Retry): what the model does
+// not see may have changed too.
+func (p *shaper) gate(r *shapeRound, sf observe.Subflow, s *shapeSub) {
+	if s.state != shAside {
+		s.gateSet, s.unfit, s.gateHeld = false, false, false
+		return
+	}
+	if !s.gateSet {
+		s.gateSet, s.gateAt, s.gateWnd, s.gateMain = true, r.now, r.wnd, p.mainCapacity(r)
+		s.unfit = p.InTimeGate && ID(sf) != r.mainID && p.far(sf, r.main) && r.mainKnown() && r.wnd > 0 && !p.fitsInTime(r, sf, s)
+		if s.unfit {
+			s.why += fmt.Sprintf("; the in-time model says it cannot carry its %s in time: it waits until the %s window or the main path's %s changes by a quarter (at most %s)",
+				mbit(s.capacity(sf)), units.Size(r.wnd), mbit(s.gateMain), 16*p.Retry)
+		}
+	}
+	s.gateHeld = s.unfit && float64(r.wnd) < 1.25*float64(s.gateWnd) && r.mainNow > 0.75*s.gateMain && r.now.Sub(s.gateAt) < 16*p.Retry
 }
 
 // trialGroup is the trials from one local address that started in one
@@ -144,9 +172,10 @@ func (p *shaper) verdict(now time.Time, s *shapeSub, during, before float64, who
 	p.setAside(now, s, fmt.Sprintf("failed its trial: %s delivered %s with it, %s without", who, mbit(during), mbit(before)))
 }
 
-// setAside makes a subflow backup until its next trial.
+// setAside makes a subflow backup until its next trial (and has its
+// in-time gate recorded anew).
 func (p *shaper) setAside(now time.Time, s *shapeSub, why string) {
-	s.state, s.nextTrial, s.held = shAside, now.Add(s.retry), recentRates{}
+	s.state, s.nextTrial, s.held, s.gateSet = shAside, now.Add(s.retry), recentRates{}, false
 	s.why = fmt.Sprintf("set aside (%s); next trial in %s", why, s.retry)
 	s.retry = min(2*s.retry, 16*p.Retry)
 }
