@@ -212,6 +212,7 @@ lint:
 Two paths, 30 s uploads. MPTCP against TCP: <!-- fig: two ratio mptcp/tcp --><!-- /fig -->; the paper
 <!-- paper: gain --><!-- /paper -->. Runs: <!-- fig: two runs mptcp --><!-- /fig -->. At <!-- fig: two provenance --><!-- /fig -->.
 A cost: <!-- fig: bench/cost.json ns unit=ns digits=1 of=rounds:rounds --><!-- /fig -->.
+Against the better alternative: <!-- fig: two verdict mptcp/best >= 1.5 alts=tcp --><!-- /fig -->.
 
 <!-- table: two -->
 <!-- /table -->
@@ -255,8 +256,8 @@ func TestRenderFixture(t *testing.T) {
 	if len(res.Problems) > 0 {
 		t.Fatalf("problems: %v", res.Problems)
 	}
-	if len(res.Differ) != 6 {
-		t.Errorf("six empty figures must differ from their data: %v", res.Differ)
+	if len(res.Differ) != 7 {
+		t.Errorf("seven empty figures must differ from their data: %v", res.Differ)
 	}
 	// mptcp/tcp per round: 18/9.5, 18.8/9.4 (round 2's re-run), 17.1/9.6.
 	want := `# Doc
@@ -264,6 +265,7 @@ func TestRenderFixture(t *testing.T) {
 Two paths, 30 s uploads. MPTCP against TCP: <!-- fig: two ratio mptcp/tcp -->+89.5% (95% CI +78.1 to +100.0%, n = 3)<!-- /fig -->; the paper
 <!-- paper: gain -->“by up to 30%” (§2, Fig. 3)<!-- /paper -->. Runs: <!-- fig: two runs mptcp -->3 runs (1 failed, left out)<!-- /fig -->. At <!-- fig: two provenance -->commit abc1234, kernel 6.18.44, 2026-11-26<!-- /fig -->.
 A cost: <!-- fig: bench/cost.json ns unit=ns digits=1 of=rounds:rounds -->14.9 ns (1 run, 10 rounds)<!-- /fig -->.
+Against the better alternative: <!-- fig: two verdict mptcp/best >= 1.5 alts=tcp -->met (n = 3)<!-- /fig -->.
 
 <!-- table: two -->
 | variant | goodput |

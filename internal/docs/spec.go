@@ -24,6 +24,7 @@ import (
 //	                                                 mptcp, tcp-best and tcp, where present)
 //	SCENARIO verdict A/B >= 0.95 [metric=M]          met, not met or inside the noise (stats.Verdict)
 //	SCENARIO verdict A <= 90 [metric=M]              the same on a variant's own value
+//	SCENARIO verdict A/best >= 0.98 [alts=B,C]       the same on A against the best of B, C run by run
 //	SCENARIO runs VARIANT                            how many runs count, and how many failed
 //	SCENARIO provenance                              the commit, kernel and date of the data
 //	bench/F.json[+bench/G.json…] PATH [unit=U] [scale=X] [digits=N] [of=PATH:LABEL] [bare|text]
@@ -56,7 +57,7 @@ var kindOpts = map[string][]string{
 	"values":     {"metric", "digits"},
 	"ratio":      {"metric", "as"},
 	"best":       {"metric", "as", "alts"},
-	"verdict":    {"metric"},
+	"verdict":    {"metric", "alts"},
 	"runs":       {},
 	"provenance": {},
 	"bench":      {"unit", "scale", "digits", "of", "verdict"},
@@ -251,6 +252,26 @@ func (d *data) render(f *fig) (string, usage, error) {
 		}
 		return def
 	}
+	// againstBest is a against the best of its alternatives (alts=, or
+	// every baseline the data have), run by run.
+	againstBest := func(a string) (stats.Estimate, error) {
+		if err := variant(a); err != nil {
+			return stats.Estimate{}, err
+		}
+		alts := baselinesOf(r, a)
+		if list := f.opts["alts"]; list != "" {
+			alts = strings.Split(list, ",")
+		}
+		if len(alts) == 0 {
+			return stats.Estimate{}, fmt.Errorf("%s: no alternative to compare %s with (give alts=)", f.source, a)
+		}
+		for _, alt := range alts {
+			if err := variant(alt); err != nil {
+				return stats.Estimate{}, err
+			}
+		}
+		return r.AgainstBest(a, alts, metric).Ratio, nil
+	}
 	switch f.kind {
 	case "provenance":
 		return r.Provenance.Summary(), u, nil
@@ -299,28 +320,22 @@ func (d *data) render(f *fig) (string, usage, error) {
 		}
 		return format.Ratio(r.Paired(a, b, metric).Ratio, as("change")), u, nil
 	case "best":
-		a := f.args[0]
-		if err := variant(a); err != nil {
+		s, err := againstBest(f.args[0])
+		if err != nil {
 			return "", u, err
 		}
-		alts := baselinesOf(r, a)
-		if list := f.opts["alts"]; list != "" {
-			alts = strings.Split(list, ",")
-		}
-		if len(alts) == 0 {
-			return "", u, fmt.Errorf("%s: no alternative to compare %s with (give alts=)", f.source, a)
-		}
-		for _, alt := range alts {
-			if err := variant(alt); err != nil {
-				return "", u, err
-			}
-		}
-		return format.Ratio(r.AgainstBest(a, alts, metric).Ratio, as("ratio")), u, nil
+		return format.Ratio(s, as("ratio")), u, nil
 	case "verdict":
 		target, _ := strconv.ParseFloat(f.args[2], 64)
 		higher := f.args[1] == ">="
 		var s stats.Estimate
-		if strings.Contains(f.args[0], "/") {
+		if a, ok := strings.CutSuffix(f.args[0], "/best"); ok {
+			// A/best: against the best of the alternatives, run by run.
+			var err error
+			if s, err = againstBest(a); err != nil {
+				return "", u, err
+			}
+		} else if strings.Contains(f.args[0], "/") {
 			a, b, err := pair(f.args[0])
 			if err != nil {
 				return "", u, err
