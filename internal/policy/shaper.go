@@ -148,7 +148,7 @@ type shapeConn struct {
 	below  time.Time   // since when it delivers less than without its other paths
 	// probeRTT: when its main path was last seen in BBR's ProbeRTT.
 	probeRTT time.Time
-	trial    SubflowID // the subflow on trial (zero: none)
+	trial  SubflowID   // the subflow on trial (zero: none)
 	// alone: what the connection delivered without the subflow last put on
 	// trial (0: no trial yet; the main path's level counts).
 	alone float64
@@ -187,12 +187,6 @@ type shapeSub struct {
 	entryUntil time.Time
 	entryBytes uint64
 	mainBytes  uint64
-	// A far entry (the in-time gate): what its main path carried alone
-	// before it joined, and the connection's in-order byte counter at
-	// connAt (0: not reached yet).
-	farAlone  float64
-	connAt    time.Time
-	connBytes uint64
 	// held: 1 for each round in which the main path sat nearly idle while
 	// this one had data in flight, else 0, over 3 s; heldAsides: how often
 	// that set it aside.

@@ -16,19 +16,11 @@ import (
 // burst is the most the MPTCP scheduler hands a subflow at once.
 const burst = 64 << 10
 
-// startEntry starts a joiner's entry period now: its bytes and the main
-// path's are counted from here. A far entry (farAlone set: the in-time gate)
-// counts the connection's in-order bytes from a mark after its slow start
-// (10 of its RTTs, at least 1 s) for as long again (at least 2 s): what
-// the connection delivers with it swings by a tenth from second to second.
+// startEntry starts a near joiner's entry period now: its bytes and the
+// main path's are counted from here.
 func (s *shapeSub) startEntry(now time.Time, sf, main observe.Subflow) {
 	s.entryAt, s.entryUntil = now, now.Add(entryPeriod(sf))
 	s.entryBytes, s.mainBytes = sf.BytesAcked, main.BytesAcked
-	if s.farAlone > 0 {
-		ramp := max(time.Second, 10*baseRTT(sf))
-		s.connAt, s.connBytes = now.Add(ramp), 0
-		s.entryUntil = s.connAt.Add(max(2*time.Second, ramp))
-	}
 }
 
 // flooredRTT is an RTT for comparing paths: under a millisecond, what
@@ -103,9 +95,8 @@ func (p *shaper) mainCapacity(r *shapeRound) float64 {
 }
 
 // mainKnown tells whether the main path has carried long enough for its
-// rate to be known: past its warm-up, two seconds (BBR's startup and
-// drain are over; the best second of a slow start is no level).
-func (r *shapeRound) mainKnown() bool { return !r.warming && r.now.Sub(r.ms.seen) >= 2*time.Second }
+// rate to be known: past its warm-up, a full second.
+func (r *shapeRound) mainKnown() bool { return !r.warming && r.now.Sub(r.ms.seen) >= time.Second }
 
 // noRoom tells whether the main path, at what it can carry, fills the
 // window planned for within the lag of the far path sf with Gain to spare

@@ -184,10 +184,7 @@ func (p *shaper) placeJoiners(r *shapeRound) {
 		if p.nearJoin(st, c, sf) {
 			// (Under the in-time gate a far one waits until the main
 			// path's rate is known, and enters only where there is room:
-			// what it carried before that held the main path's ramp up. It
-			// stays if the connection then delivers more than the main
-			// path did alone, its last second or 3 s median before: see
-			// endFarEntry.)
+			// what it carried before that held the main path's ramp up.)
 			if p.InTimeGate && p.far(sf, main) {
 				if !r.mainKnown() {
 					s.why = "joined far: aside until the main path's rate is known"
@@ -197,11 +194,6 @@ func (p *shaper) placeJoiners(r *shapeRound) {
 					p.setAside(now, s, why)
 					continue
 				}
-				s.state, s.farAlone = shEntry, math.Max(r.mainNow, r.cur[r.mainID])
-				s.startEntry(now, sf, main)
-				s.why = fmt.Sprintf("joined far (base RTT %s) with room in the window: carries while the connection shows it delivers more than the %s its main path carried alone",
-					fmtMs(baseRTT(sf)), mbit(s.farAlone))
-				continue
 			}
 			if r.warming && p.NearerFactor > 0 && float64(flooredRTT(baseRTT(sf)))*p.NearerFactor < float64(baseRTT(main)) {
 				s.why = fmt.Sprintf("joined %s, far nearer than the main path's %s while it warms up: enters after",
@@ -233,13 +225,6 @@ func (p *shaper) endEntries(r *shapeRound) {
 			// to go out): its entry starts when it can carry.
 			s.startEntry(now, sf, main)
 			continue
-		}
-		if s.farAlone > 0 {
-			// A far entry (the in-time gate): judged by what the
-			// connection delivers with it against its main path alone.
-			if !p.endFarEntry(r, s) {
-				continue
-			}
 		}
 		// Its share: what it carries (bytes over its entry, or what its
 		// window carries per RTT, whichever is more: a joiner with a longer
@@ -284,32 +269,6 @@ func (p *shaper) endEntries(r *shapeRound) {
 			s.why = fmt.Sprintf("carried %.0f%% of the main path's rate in its first %s", 100*share, fmtMs(now.Sub(s.seen)))
 		}
 	}
-}
-
-// endFarEntry judges a far entry (the in-time gate; see placeJoiners):
-// once its entry is over, it goes aside when the connection delivered
-// (DATA_ACKs, from its mark on) less than its main path carried alone
-// before it joined. It tells whether the entry goes on to the share check
-// (false: still on, or set aside).
-func (p *shaper) endFarEntry(r *shapeRound, s *shapeSub) bool {
-	if s.connBytes == 0 && !r.now.Before(s.connAt) {
-		s.connAt, s.connBytes = r.now, max(r.c.BytesAcked, 1)
-	}
-	if r.now.Before(s.entryUntil) {
-		return false
-	}
-	alone := s.farAlone
-	s.farAlone = 0
-	if r.c.BytesAcked == 0 {
-		return true // no connection-level counter: the share check alone
-	}
-	with := float64(r.c.BytesAcked-min(s.connBytes, r.c.BytesAcked)) / r.now.Sub(s.connAt).Seconds()
-	if with < alone {
-		p.setAside(r.now, s, fmt.Sprintf("with it the connection delivered %s in order over %s, less than the %s its main path carried alone",
-			mbit(with), fmtMs(r.now.Sub(s.connAt)), mbit(alone)))
-		return false
-	}
-	return true
 }
 
 // setAsideWaitedOn sets aside the far paths the main path waits on (see

@@ -393,10 +393,10 @@ func TestShaperInTimeGate(t *testing.T) {
 		return s
 	}
 	s := mk(NewECF())
-	s.run(25)
+	s.run(20)
 	b := s.backups[s.id(1)]
 	if !b.Backup || !strings.Contains(b.Reason, "no room: the main path's") || !strings.Contains(b.Reason, "it waits until the 256KiB window") {
-		t.Fatalf("after 2.5 s: %+v, want aside: no room, waiting for the window or the main path's rate to change", b)
+		t.Fatalf("after 2 s: %+v, want aside: no room, waiting for the window or the main path's rate to change", b)
 	}
 	s.run(200)
 	if n := s.trials[s.id(1)]; n != 0 || !s.backups[s.id(1)].Backup {
@@ -545,35 +545,6 @@ func TestShaperSafetyNetPausesAroundProbeRTT(t *testing.T) {
 		}
 		if aside == pause {
 			t.Errorf("probe_rtt_pause %v: the other path set aside %v after the main path's ProbeRTT (%s)", pause, aside, s.backups[s.id(1-main)].Reason)
-		}
-	}
-}
-
-func TestShaperFarEntryIsJudgedAgainstTheMainPathAlone(t *testing.T) {
-	// A far path (100 ms against 40 ms) with room in a 4 MiB window: it
-	// waits until the main path's rate is known, enters, and stays only if
-	// the connection then delivers more than the main path did alone. In
-	// "costs" the connection delivers 90% of the main path's rate while it
-	// carries (what waits for it at the receiver).
-	for _, c := range []struct {
-		name  string
-		harm  float64
-		aside bool
-	}{{"adds", 0, false}, {"costs", 0.9, true}} {
-		s := newShapeSim(t, NewECF(), 4<<20, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 10e6, 100 * ms, c.harm})
-		s.sfs[0].Unacked, s.sfs[1].Unacked = s.sfs[0].Cwnd/2, 30 // the main path busy: the held rule sees nothing
-		s.run(15)
-		if b := s.backups[s.id(1)]; !b.Backup || !strings.Contains(b.Reason, "aside until the main path's rate is known") {
-			t.Fatalf("%s: after 1.5 s: %+v, want aside until the main path's rate is known", c.name, b)
-		}
-		s.run(15)
-		if b := s.backups[s.id(1)]; b.Backup || !strings.Contains(b.Reason, "with room in the window") {
-			t.Fatalf("%s: after 3 s: %+v, want entered", c.name, b)
-		}
-		s.run(40)
-		b := s.backups[s.id(1)]
-		if b.Backup != c.aside || (c.aside && !strings.Contains(b.Reason, "less than the 50.0Mbit/s its main path carried alone")) {
-			t.Fatalf("%s: after 7 s: %+v, want aside %v", c.name, b, c.aside)
 		}
 	}
 }
