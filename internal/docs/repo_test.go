@@ -89,7 +89,7 @@ func TestCheckNamesAFigureEditedByHand(t *testing.T) {
 	if res := render(t, s); !res.OK() {
 		t.Fatalf("the copy does not check before the edit: %v %v", res.Differ, res.Problems)
 	}
-	const spec = "<!-- fig: ecf-50-50-1m ratio mptcp+ecf/mptcp -->"
+	const spec = "<!-- fig: ecf-50-10-1m ratio mptcp+ecf/mptcp -->"
 	doc, err := os.ReadFile(filepath.Join(s.Root, "docs/results.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -106,13 +106,20 @@ func TestCheckNamesAFigureEditedByHand(t *testing.T) {
 	if len(res.Differ) != 1 || len(res.Problems) != 0 {
 		t.Fatalf("one figure differs; got differ %v, problems %v", res.Differ, res.Problems)
 	}
-	want := "docs/results.md:" + itoa(line) + ": fig `ecf-50-50-1m ratio mptcp+ecf/mptcp` reads \"+5.0% (95% CI +4.0 to +6.0%, n = 6)\"; the data give \"" + was + "\""
+	want := "docs/results.md:" + itoa(line) + ": fig `ecf-50-10-1m ratio mptcp+ecf/mptcp` reads \"+5.0% (95% CI +4.0 to +6.0%, n = 6)\"; the data give \"" + was + "\""
 	if res.Differ[0] != want {
 		t.Errorf("differ: %s\nwant:   %s", res.Differ[0], want)
 	}
-	// A table's cell, too.
+	// A table's cell, too (the row's first figure, whatever it reads).
 	s2 := copyRepo(t)
-	edit(t, s2, "docs/results.md", "| ecf-50-10-512k: one flow, 512 KiB buffers | 46.8 Mbit/s (n = 1) |", "| ecf-50-10-512k: one flow, 512 KiB buffers | 48.8 Mbit/s (n = 1) |")
+	const row = "| ecf-50-10-512k: one flow, 512 KiB buffers | "
+	i = strings.Index(string(doc), row)
+	if i < 0 {
+		t.Fatalf("docs/results.md lacks the row %q", row)
+	}
+	cell := string(doc)[i+len(row):]
+	cell = cell[:strings.Index(cell, " |")]
+	edit(t, s2, "docs/results.md", row+cell+" |", row+"48.8 Mbit/s (n = 1) |")
 	res = render(t, s2)
 	if len(res.Differ) != 1 || !strings.Contains(res.Differ[0], "docs/results.md:") || !strings.Contains(res.Differ[0], "table `ecf` reads") {
 		t.Errorf("differ %v", res.Differ)
@@ -130,19 +137,25 @@ func TestCheckNamesAFigureEditedByHand(t *testing.T) {
 // the file, and so does the archive's accounting.
 func TestCheckNamesAMissingDataFile(t *testing.T) {
 	s := copyRepo(t)
-	if err := os.Remove(filepath.Join(s.Root, "docs/data/ecf-50-50-1m/results.json")); err != nil {
+	// A measured scenario's results.json, a legacy one's (the first
+	// legacy.yaml lists), and the first archived file it accounts for.
+	if err := os.Remove(filepath.Join(s.Root, "docs/data/ecf-50-10-1m/results.json")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(s.Root, "docs/data/archive/ecf-50-50-1m.json")); err != nil {
+	legacyName, source := firstLegacyScenario(t), firstArchived(t)
+	if err := os.Remove(filepath.Join(s.Root, "docs/data/"+legacyName+"/results.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(s.Root, "docs/data", source)); err != nil {
 		t.Fatal(err)
 	}
 	res := render(t, s)
 	got := strings.Join(res.Problems, "\n")
 	for _, want := range []string{
-		"fig `ecf-50-50-1m ratio mptcp+ecf/mptcp`: docs/data/ecf-50-50-1m/results.json is missing",
+		"fig `ecf-50-10-1m ratio mptcp+ecf/mptcp`: docs/data/ecf-50-10-1m/results.json is missing",
 		"table `ecf`:",
-		"docs/data/ecf-50-50-1m/results.json is missing: `mpsteer docs legacy` makes it from its sources in docs/data/legacy.yaml",
-		"docs/data/legacy.yaml names docs/data/archive/ecf-50-50-1m.json, which is not there",
+		"docs/data/" + legacyName + "/results.json is missing: `mpsteer docs legacy` makes it from its sources in docs/data/legacy.yaml",
+		"docs/data/legacy.yaml names docs/data/" + source + ", which is not there",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("problems lack %q:\n%s", want, got)
@@ -192,12 +205,34 @@ func TestCheckNamesDataChangedByHand(t *testing.T) {
 // firstLegacyScenario is the first scenario docs/data/legacy.yaml converts.
 func firstLegacyScenario(t *testing.T) string {
 	t.Helper()
+	return firstLegacy(t).Name
+}
+
+// firstArchived is the first file docs/data/legacy.yaml lists as
+// archived (used by no figure), relative to docs/data.
+func firstArchived(t *testing.T) string {
+	t.Helper()
+	mf := manifest(t)
+	if len(mf.Archived) == 0 {
+		t.Skip("legacy.yaml archives no file")
+	}
+	return mf.Archived[0].File
+}
+
+func firstLegacy(t *testing.T) legacy.Scenario {
+	t.Helper()
+	mf := manifest(t)
+	if len(mf.Scenarios) == 0 {
+		t.Skip("no scenario is converted from legacy sources any more")
+	}
+	return mf.Scenarios[0]
+}
+
+func manifest(t *testing.T) *legacy.Manifest {
+	t.Helper()
 	mf, err := legacy.LoadManifest(filepath.Join(repo, "docs/data/legacy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mf.Scenarios) == 0 {
-		t.Skip("no scenario is converted from legacy sources any more")
-	}
-	return mf.Scenarios[0].Name
+	return mf
 }
