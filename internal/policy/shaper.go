@@ -148,7 +148,7 @@ type shapeConn struct {
 	below  time.Time   // since when it delivers less than without its other paths
 	// probeRTT: when its main path was last seen in BBR's ProbeRTT.
 	probeRTT time.Time
-	trial  SubflowID   // the subflow on trial (zero: none)
+	trial    SubflowID // the subflow on trial (zero: none)
 	// alone: what the connection delivered without the subflow last put on
 	// trial (0: no trial yet; the main path's level counts).
 	alone float64
