@@ -14,8 +14,9 @@ import (
 // what the subflows and the connection carry (measure), the main path
 // (pickMain), where joiners go (placeJoiners), the entries that end
 // (endEntries), the far paths the main path waits on (setAsideWaitedOn)
-// and those with no room (setAsideNoRoom), the safety net (safetyNet), the trial that ends or starts
-// (judgeOrStartTrial), and what each subflow may carry (decisions).
+// and those with no room (setAsideNoRoom), the safety net (safetyNet),
+// the trial that ends or starts (judgeOrStartTrial), and what each
+// subflow may carry (decisions).
 func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	r := p.measure(now, c)
 	cs := ShapeConnStatus{Token: fmt.Sprintf("%08x", c.Token), WindowB: r.wnd, AggregateMbit: r.agg * 8 / 1e6}
@@ -383,7 +384,7 @@ func (p *shaper) judgeOrStartTrial(r *shapeRound) {
 		}
 		// (Only while the connection delivers at its level: a trial
 		// against a ramping or recovering baseline would pass anything.)
-		if s.state == shAside && !now.Before(s.nextTrial) && !s.gateHeld && p.trialDue(now, ID(sf).Local.Addr()) && st.recent.median() > 0 && st.recent.median() >= (1-float64(p.Margin))*r.ms.level.max() {
+		if s.state == shAside && !now.Before(s.nextTrial) && p.trialDue(now, ID(sf).Local.Addr()) && st.recent.median() > 0 && st.recent.median() >= (1-float64(p.Margin))*r.ms.level.max() {
 			st.trial = ID(sf)
 			// Without it: what the connection delivered lately, at least
 			// what its main path alone carries (the last seconds may
