@@ -300,18 +300,24 @@ type xyErrors struct {
 // saveLegendOutside saves the plot with its legend in a column to the
 // right of the data area, never over the data.
 func saveLegendOutside(p *plot.Plot, w, h vg.Length, file string) error {
+	leg := p.Legend
+	p.Legend = plot.NewLegend() // p draws none of its own
+	gap := vg.Points(10)
+	probe, err := draw.NewFormattedCanvas(w, h, "png")
+	if err != nil {
+		return err
+	}
+	lw := leg.Rectangle(draw.New(probe)).Size().X + 2*gap
+	if lw > w/3 {
+		// A wide legend widens the image: the data area keeps its
+		// two thirds and no label is cut at the right edge.
+		w += lw - w/3
+	}
 	c, err := draw.NewFormattedCanvas(w, h, "png")
 	if err != nil {
 		return err
 	}
 	dc := draw.New(c)
-	leg := p.Legend
-	p.Legend = plot.NewLegend() // p draws none of its own
-	gap := vg.Points(10)
-	lw := leg.Rectangle(dc).Size().X + 2*gap
-	if lw > w/3 {
-		lw = w / 3
-	}
 	p.Draw(draw.Crop(dc, 0, -lw, 0, 0))
 	// Top-aligned, level with the top of the data area (below the title).
 	top := p.Title.TextStyle.Height(p.Title.Text) + p.Title.Padding + gap

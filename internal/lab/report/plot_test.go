@@ -75,6 +75,47 @@ func TestLegendIsOutsideTheData(t *testing.T) {
 	}
 }
 
+// A legend wider than a third of the image widens the image instead of
+// being cut at its right edge: the image with long names is wider than
+// the one with short names, and its right-most column is blank.
+func TestWideLegendWidensTheImage(t *testing.T) {
+	width := func(names ...string) (int, bool) {
+		file := filepath.Join(t.TempDir(), "cdf.png")
+		var sets []Line
+		for i, n := range names {
+			sets = append(sets, Line{Name: n, X: []float64{60 + float64(i), 90, 120}})
+		}
+		if err := PlotCDF(file, "fct", "flow completion time (ms)", sets); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		img, err := png.Decode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := img.Bounds()
+		blank := true
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			if r, g, bl, _ := img.At(b.Max.X-1, y).RGBA(); r < 0xc000 || g < 0xc000 || bl < 0xc000 {
+				blank = false
+			}
+		}
+		return b.Dx(), blank
+	}
+	short, _ := width("tcp", "mptcp")
+	long, blank := width("tcp (median 111.3 ms, p99 128.9 ms)", "mptcp+incremental (median 111.5 ms, p99 129.6 ms)")
+	if long <= short {
+		t.Errorf("long legend names: image %d px wide, short ones %d: the legend was cut", long, short)
+	}
+	if !blank {
+		t.Error("the right-most column of the image has ink: the legend runs off the edge")
+	}
+}
+
 // A sweep over decades on a log axis, with intervals: the error bars are
 // drawn (more pixels in the line's colour than without them), and a point
 // at x = 0, which a log axis cannot place, is left out instead of failing.
