@@ -303,19 +303,18 @@ func saveLegendOutside(p *plot.Plot, w, h vg.Length, file string) error {
 	leg := p.Legend
 	p.Legend = plot.NewLegend() // p draws none of its own
 	gap := vg.Points(10)
-	probe, err := draw.NewFormattedCanvas(w, h, "png")
+	c, err := draw.NewFormattedCanvas(w, h, "png")
 	if err != nil {
 		return err
 	}
-	lw := leg.Rectangle(draw.New(probe)).Size().X + 2*gap
+	lw := leg.Rectangle(draw.New(c)).Size().X + 2*gap
 	if lw > w/3 {
 		// A wide legend widens the image: the data area keeps its
 		// two thirds and no label is cut at the right edge.
 		w += lw - w/3
-	}
-	c, err := draw.NewFormattedCanvas(w, h, "png")
-	if err != nil {
-		return err
+		if c, err = draw.NewFormattedCanvas(w, h, "png"); err != nil {
+			return err
+		}
 	}
 	dc := draw.New(c)
 	p.Draw(draw.Crop(dc, 0, -lw, 0, 0))
