@@ -20,7 +20,7 @@ func (f *daemonFlags) add(c *cobra.Command) {
 	c.Flags().IntVar(&f.subflowSeries, "metrics-subflows", 1000, "per-subflow series (9 each) for at most this many established subflows; -1: every one (totals stay exact; mpsteer_subflow_series_omitted counts the rest)")
 	c.Flags().StringVar(&f.stateDir, "state-dir", "", "where the daemon keeps what it must undo after a crash (default /run/mpsteer)")
 	c.Flags().BoolVar(&f.watch, "watch-config", true, "reload the config when its file changes, as SIGHUP does")
-	c.Flags().StringVar(&f.sampler, "sampler", daemon.SamplerAuto, "how subflows are read each interval: iterator (a BPF iterator over the namespace's TCP sockets), sock_diag (inet_diag dumps), or auto (the iterator where it loads, else sock_diag)")
+	c.Flags().StringVar(&f.sampler, "sampler", daemon.SamplerAuto, "how subflows are read each interval: iterator (a BPF iterator over the namespace's TCP sockets), sock_diag (inet_diag dumps), or auto (whichever of the two reads faster, timed as the daemon runs; sock_diag where the iterator does not load)")
 }
 
 func (f *daemonFlags) options(o daemon.Options) daemon.Options {

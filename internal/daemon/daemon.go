@@ -89,6 +89,7 @@ type Daemon struct {
 	pmc     *pm.Client
 	sampler *observe.Sampler
 	iter    *subflowiter.Sampler
+	pick    *samplerPick // under --sampler auto with the iterator loaded
 	tracker *observe.Tracker
 	view    view
 	// connsReadAt: when the connections were last read (sampler.go).

@@ -11,7 +11,9 @@ import (
 
 // How the daemon reads its namespace's subflows every interval.
 const (
-	// SamplerAuto: the BPF iterator where it loads, else sock_diag.
+	// SamplerAuto: whichever of the BPF iterator and sock_diag reads the
+	// namespace faster, measured as the daemon runs (samplerPick); sock_diag
+	// alone where the iterator does not load.
 	SamplerAuto = "auto"
 	// SamplerIterator: the BPF iterator (internal/observe/subflowiter),
 	// one fixed record per subflow; refused at start if it cannot load.
@@ -23,7 +25,8 @@ const (
 
 // openIterator loads the subflow iterator unless told to use sock_diag.
 // At thousands of subflows the iterator costs a fraction of a dump: it
-// writes one fixed record per subflow and takes no socket lock.
+// writes one fixed record per subflow and takes no socket lock. At a few
+// it can cost more (samplerPick): under auto the daemon uses the faster.
 func (d *Daemon) openIterator(how string) error {
 	switch how {
 	case "", SamplerAuto, SamplerIterator:
@@ -41,7 +44,77 @@ func (d *Daemon) openIterator(how string) error {
 		return nil
 	}
 	d.iter = it
+	if how != SamplerIterator {
+		d.pick = &samplerPick{}
+	}
 	return nil
+}
+
+// The ways samplerPick chooses between.
+const (
+	wayIterator = iota
+	wayDiag
+)
+
+// pickRetry: under auto, the way not in use is timed again every this
+// many samples, so a change (the host's subflows grow from ten to ten
+// thousand) is seen within seconds at the default interval.
+const pickRetry = 50
+
+// pickMargin: the way not in use must cost under this share of the one
+// in use to take over, so two ways that cost about the same do not take
+// turns.
+const pickMargin = 0.8
+
+// samplerPick chooses, sample by sample, the faster of the BPF iterator
+// and an inet_diag dump. Neither is faster everywhere: the kernel's TCP
+// iterator has a fixed cost per read that a dump does not, and a dump
+// builds and parses netlink attributes per socket that the iterator does
+// not (`mpsteer bench observe`, docs/results.md "Control plane"), and
+// where they cross depends on the kernel and the host. The cost of the
+// way in use is a moving average of the time its reads took, the other's
+// the time of its last read; both report the same
+// subflows (subflowiter's TestIteratorMatchesSockDiag), so the daemon may
+// switch between samples.
+type samplerPick struct {
+	cost  [2]time.Duration // moving average per way; 0 until it is timed
+	using int
+	since int // samples since the way not in use was last timed
+}
+
+// next says which way to read the next sample with: each once at the
+// start, then the one in use, and the other every pickRetry samples.
+func (p *samplerPick) next() int {
+	for w, c := range p.cost {
+		if c == 0 {
+			return w
+		}
+	}
+	if p.since >= pickRetry {
+		return 1 - p.using
+	}
+	return p.using
+}
+
+// record takes the time a read with way w took and says whether the way
+// in use changed.
+func (p *samplerPick) record(w int, took time.Duration) bool {
+	took = max(took, time.Nanosecond)
+	if w == p.using && p.cost[w] != 0 {
+		p.cost[w] = (3*p.cost[w] + took) / 4
+		p.since++
+	} else {
+		// The way not in use was last timed pickRetry samples ago: what
+		// it cost then says nothing of now.
+		p.cost[w] = took
+		p.since = 0
+	}
+	other := 1 - p.using
+	if p.cost[other] != 0 && float64(p.cost[other]) < pickMargin*float64(p.cost[p.using]) {
+		p.using = other
+		return true
+	}
+	return false
 }
 
 // minSampleGap: an extra sample asked for (a subflow joined as backup
@@ -106,10 +179,20 @@ func (d *Daemon) sampleLoop(ctx context.Context) {
 // round that replaced it).
 func (d *Daemon) readSample() *sample {
 	s := &sample{start: time.Now()}
-	if d.iter != nil {
+	way := wayDiag
+	if d.pick != nil {
+		way = d.pick.next()
+	} else if d.iter != nil {
+		way = wayIterator
+	}
+	if way == wayIterator {
 		s.subflows, s.err = d.iter.Subflows(d.in.takeSpare())
 	} else {
 		s.subflows, s.err = d.sampler.Subflows()
+	}
+	if d.pick != nil && s.err == nil && d.pick.record(way, time.Since(s.start)) {
+		d.log.Printf("subflows are read by %s now: %v a read against %v (--sampler %s)",
+			wayName(d.pick.using), d.pick.cost[d.pick.using], d.pick.cost[1-d.pick.using], SamplerAuto)
 	}
 	if s.err == nil {
 		s.conns, s.connsErr = d.readConns(s.subflows)
@@ -149,4 +232,11 @@ func (d *Daemon) readConns(sfs []observe.Subflow) (map[uint32]observe.Conn, erro
 	d.connsReadAt = time.Now()
 	d.mu.Unlock()
 	return conns, nil
+}
+
+func wayName(w int) string {
+	if w == wayIterator {
+		return "the BPF iterator"
+	}
+	return SamplerDiag
 }
