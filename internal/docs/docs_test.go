@@ -291,6 +291,73 @@ Failed runs, left out of every figure: two mptcp, 1 (traffic did not finish (4.0
 	}
 }
 
+// A benchmark run several times keeps one file per run in a folder; a
+// figure over bench/F/*.json takes every run: its median with interval and
+// n, a word or a setting they all share once, and no bare value where the
+// runs differ.
+func TestBenchRunsByGlob(t *testing.T) {
+	site := fixtureSite(t)
+	for i, ns := range []string{"10", "12", "11"} {
+		p := filepath.Join(site.Root, "docs/data/bench/cost", fmt.Sprintf("run-%d.json", i+1))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		body := `{"provenance": {"commit": "abc1234", "command": "mpsteer bench cost", "kernel": "6.18.44", "date": "2026-11-26T1` + itoa(i) + `:00:00Z"}, "ns": ` + ns + `, "rounds": 10, "cc": "bbr"}`
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := filepath.Join(site.Root, "doc.md")
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := "Runs: <!-- fig: bench/cost/*.json ns unit=ns digits=1 --><!-- /fig -->, <!-- fig: bench/cost/*.json cc text --><!-- /fig -->.\n" +
+		"Missing: <!-- fig: bench/none/*.json ns --><!-- /fig -->.\n"
+	if err := os.WriteFile(doc, append(b, lines...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defs := filepath.Join(site.Root, "docs/figures.yaml")
+	if b, err = os.ReadFile(defs); err != nil {
+		t.Fatal(err)
+	}
+	b = []byte(strings.Replace(string(b), "A cost of {fig: bench/cost.json ns unit=ns digits=1 bare}.",
+		"A cost of {fig: bench/cost.json ns unit=ns digits=1 bare}; rounds {fig: bench/cost/*.json rounds unit= digits=0 bare}.", 1))
+	if err := os.WriteFile(defs, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := site.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Docs["doc.md"]
+	for _, want := range []string{
+		"<!-- fig: bench/cost/*.json ns unit=ns digits=1 -->11.0 ns (95% CI 10.0–12.0, n = 3 runs)<!-- /fig -->",
+		"<!-- fig: bench/cost/*.json cc text -->bbr<!-- /fig -->",
+		"[bench/cost/run-1.json](docs/data/bench/cost/run-1.json), [bench/cost/run-2.json](docs/data/bench/cost/run-2.json), [bench/cost/run-3.json](docs/data/bench/cost/run-3.json)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rendered lacks %q:\n%s", want, got)
+		}
+	}
+	problems := strings.Join(res.Problems, "\n")
+	if !strings.Contains(problems, "docs/data/bench/none/*.json is missing") {
+		t.Errorf("problems lack the glob that matches nothing:\n%s", problems)
+	}
+	if strings.Contains(problems, "rounds") {
+		t.Errorf("a setting every run shares is one bare value:\n%s", problems)
+	}
+	if err := os.WriteFile(defs, []byte(strings.Replace(string(b), "rounds unit= digits=0 bare", "ns unit=ns bare", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = site.Render(); err != nil {
+		t.Fatal(err)
+	}
+	if problems := strings.Join(res.Problems, "\n"); !strings.Contains(problems, "bare shows one value; ns gives 3 different ones") {
+		t.Errorf("a bare value over runs that differ must be a problem:\n%s", problems)
+	}
+}
+
 // Problems a document can have beside a figure that differs.
 func TestRenderProblems(t *testing.T) {
 	site := fixtureSite(t)

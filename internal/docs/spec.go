@@ -33,13 +33,16 @@ import (
 //	                                                 the element whose key is value): one
 //	                                                 value as it is, several with their
 //	                                                 median, interval and n; text: a word
-//	                                                 (a congestion control's name)
+//	                                                 (a congestion control's name), said
+//	                                                 once when every file gives it;
+//	                                                 bench/F/*.json: every file there (a
+//	                                                 benchmark's runs, one file each)
 //	… verdict=>=0.99 (or <=1.5)                     the verdict of those values against a target
 //
 // SCENARIO is docs/data/SCENARIO/results.json; M defaults to goodput_mbit
 // (results.Run.Value names the others). A value with double quotes may hold
 // spaces. bare (in tables only) leaves out the n, which the table's
-// caption then gives.
+// caption then gives; over several files it takes a value they all share.
 
 type fig struct {
 	raw    string
@@ -357,11 +360,44 @@ func baselinesOf(r *results.File, a string) []string {
 	return slices.DeleteFunc(results.Alternatives(r.VariantNames(), nil), func(b string) bool { return b == a })
 }
 
+// benchFiles expands a figure's data files: a name with * in it stands for
+// every file it matches, in name order (a benchmark's repeated runs, one
+// file each), and must match one at least.
+func (d *data) benchFiles(files []string) ([]string, error) {
+	var out []string
+	for _, rel := range files {
+		if !strings.Contains(rel, "*") {
+			out = append(out, rel)
+			continue
+		}
+		base := filepath.Join(d.root, d.dir)
+		ms, err := filepath.Glob(filepath.Join(base, rel))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", filepath.Join(d.dir, rel), err)
+		}
+		if len(ms) == 0 {
+			return nil, errMissing{filepath.Join(d.dir, rel)}
+		}
+		for _, m := range ms {
+			r, err := filepath.Rel(base, m)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, filepath.ToSlash(r))
+		}
+	}
+	return out, nil
+}
+
 func (d *data) renderBench(f *fig) (string, usage, error) {
-	u := usage{rels: f.files}
+	files, err := d.benchFiles(f.files)
+	if err != nil {
+		return "", usage{rels: f.files}, err
+	}
+	u := usage{rels: files}
 	var vals []float64
 	var words, of []string
-	for _, rel := range f.files {
+	for _, rel := range files {
 		bf, err := d.Bench(rel)
 		if err != nil {
 			return "", u, err
@@ -375,7 +411,9 @@ func (d *data) renderBench(f *fig) (string, usage, error) {
 		}
 		for _, x := range xs {
 			if f.text {
-				words = append(words, fmt.Sprint(x))
+				if w := fmt.Sprint(x); !slices.Contains(words, w) {
+					words = append(words, w) // the same word in every run is said once
+				}
 				continue
 			}
 			v, ok := x.(float64)
@@ -429,8 +467,10 @@ func (d *data) renderBench(f *fig) (string, usage, error) {
 		return format.Verdict(sum, string(stats.Decide(sum, target, v[:2] == ">="))), u, nil
 	}
 	if f.bare {
-		if len(vals) > 1 {
-			return "", u, fmt.Errorf("bare shows one value; %s gives %d", f.args[0], len(vals))
+		// A setting every run shares (a count of subflows, of samples) is
+		// one value; a measurement that differs run to run needs its n.
+		if slices.ContainsFunc(vals, func(v float64) bool { return v != vals[0] }) {
+			return "", u, fmt.Errorf("bare shows one value; %s gives %d different ones", f.args[0], len(vals))
 		}
 		return format.Value(vals[0], unit), u, nil
 	}
