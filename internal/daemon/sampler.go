@@ -56,10 +56,17 @@ const (
 	wayDiag
 )
 
-// pickRetry: under auto, the way not in use is timed again every this
-// many samples, so a change (the host's subflows grow from ten to ten
-// thousand) is seen within seconds at the default interval.
+// pickRetry: under auto, the way not in use is timed again after this
+// many samples read with the one in use, so a change (the host's subflows
+// grow from ten to ten thousand) is seen within seconds at the default
+// interval.
 const pickRetry = 50
+
+// pickProbe: each timing of the way not in use reads this many samples
+// with it and takes their mean: one read's time alone is too noisy to
+// switch on (in the lab, where the two ways cost about the same, single
+// reads made the daemon switch back and forth).
+const pickProbe = 4
 
 // pickMargin: the way not in use must cost under this share of the one
 // in use to take over, so two ways that cost about the same do not take
@@ -68,50 +75,54 @@ const pickMargin = 0.8
 
 // samplerPick chooses, sample by sample, the faster of the BPF iterator
 // and an inet_diag dump. Neither is faster everywhere: the kernel's TCP
-// iterator has a fixed cost per read that a dump does not, and a dump
-// builds and parses netlink attributes per socket that the iterator does
-// not (`mpsteer bench observe`, docs/results.md "Control plane"), and
-// where they cross depends on the kernel and the host. The cost of the
-// way in use is a moving average of the time its reads took, the other's
-// the time of its last read; both report the same
-// subflows (subflowiter's TestIteratorMatchesSockDiag), so the daemon may
-// switch between samples.
+// iterator has a fixed cost per read that a dump does not, a dump builds
+// and parses netlink attributes per socket that the iterator does not
+// (`mpsteer bench observe`, docs/results.md "Control plane"), and where
+// they cross depends on the kernel and the host. The cost of the way in
+// use is a moving average of its reads' times; the other's is the mean of
+// its last probe. Both report the same subflows (subflowiter's
+// TestIteratorMatchesSockDiag), so the daemon may switch between samples.
 type samplerPick struct {
-	cost  [2]time.Duration // moving average per way; 0 until it is timed
+	cost  [2]time.Duration // per way; 0 until it is timed
 	using int
-	since int // samples since the way not in use was last timed
+	since int // samples read with the way in use since the last probe
+	// The probe of the way not in use under way: its reads' total and count.
+	probeSum time.Duration
+	probeN   int
 }
 
-// next says which way to read the next sample with: each once at the
-// start, then the one in use, and the other every pickRetry samples.
+// next says which way to read the next sample with: the one in use, and
+// the other for a probe of pickProbe reads at the start and after every
+// pickRetry samples.
 func (p *samplerPick) next() int {
-	for w, c := range p.cost {
-		if c == 0 {
-			return w
-		}
-	}
-	if p.since >= pickRetry {
+	if p.cost[p.using] != 0 && p.since >= pickRetry {
 		return 1 - p.using
 	}
 	return p.using
 }
 
 // record takes the time a read with way w took and says whether the way
-// in use changed.
+// in use changed (only at the end of a probe).
 func (p *samplerPick) record(w int, took time.Duration) bool {
 	took = max(took, time.Nanosecond)
-	if w == p.using && p.cost[w] != 0 {
-		p.cost[w] = (3*p.cost[w] + took) / 4
-		p.since++
-	} else {
-		// The way not in use was last timed pickRetry samples ago: what
-		// it cost then says nothing of now.
-		p.cost[w] = took
-		p.since = 0
+	if w == p.using {
+		if p.cost[w] == 0 {
+			p.cost[w] = took
+			p.since = pickRetry // the other is timed at once
+		} else {
+			p.cost[w] = (3*p.cost[w] + took) / 4
+			p.since++
+		}
+		return false
 	}
-	other := 1 - p.using
-	if p.cost[other] != 0 && float64(p.cost[other]) < pickMargin*float64(p.cost[p.using]) {
-		p.using = other
+	p.probeSum += took
+	if p.probeN++; p.probeN < pickProbe {
+		return false
+	}
+	p.cost[w] = p.probeSum / time.Duration(p.probeN)
+	p.probeSum, p.probeN, p.since = 0, 0, 0
+	if float64(p.cost[w]) < pickMargin*float64(p.cost[p.using]) {
+		p.using = w
 		return true
 	}
 	return false
