@@ -1,14 +1,13 @@
 package report
 
 import (
-	"image"
-	"image/png"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"gonum.org/v1/plot/plotutil"
+
+	"mpsteer/internal/testutil"
 )
 
 func TestTimeTicksAreRound(t *testing.T) {
@@ -45,7 +44,7 @@ func TestLegendIsOutsideTheData(t *testing.T) {
 	if err := PlotLines(file, "demo", "goodput (Mbit/s)", lines, []Mark{{X: 7, Label: "wifi down"}}); err != nil {
 		t.Fatal(err)
 	}
-	img := decodePNG(t, file)
+	img := testutil.DecodePNG(t, file)
 	b := img.Bounds()
 	if b.Dx() < 800 {
 		t.Fatalf("image %v", b)
@@ -81,7 +80,7 @@ func TestWideLegendWidensTheImage(t *testing.T) {
 		if err := PlotCDF(file, "fct", "flow completion time (ms)", sets); err != nil {
 			t.Fatal(err)
 		}
-		img := decodePNG(t, file)
+		img := testutil.DecodePNG(t, file)
 		b := img.Bounds()
 		blank := true
 		for y := b.Min.Y; y < b.Max.Y; y++ {
@@ -113,7 +112,7 @@ func TestPlotXYLogWithIntervals(t *testing.T) {
 		if err := PlotXYWith(file, "share", "flows", "share (%)", []Line{l}, XYOptions{LogX: true}); err != nil {
 			t.Fatal(err)
 		}
-		img := decodePNG(t, file)
+		img := testutil.DecodePNG(t, file)
 		want := plotutil.Color(0)
 		wr, wg, wb, _ := want.RGBA()
 		n := 0
@@ -154,19 +153,4 @@ func TestSharesOverAWindow(t *testing.T) {
 	if got := (&Series{Paths: []string{"a"}, T: []float64{0.1}, PerPath: map[string][]float64{"a": {0}}}).Shares(10)["a"][0]; !math.IsNaN(got) {
 		t.Errorf("no bytes: share %v, want NaN", got)
 	}
-}
-
-// decodePNG reads a plot back as an image.
-func decodePNG(t *testing.T, file string) image.Image {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	return img
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/csv"
 	"fmt"
-	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,16 +108,7 @@ func readCSV(t *testing.T, file string) [][]string {
 
 func checkPNG(t *testing.T, file string) {
 	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	if b := img.Bounds(); b.Dx() < 400 || b.Dy() < 200 {
+	if b := testutil.DecodePNG(t, file).Bounds(); b.Dx() < 400 || b.Dy() < 200 {
 		t.Fatalf("%s: %v is too small to look at", file, b)
 	}
 }
