@@ -125,12 +125,15 @@ func TestParseFigErrors(t *testing.T) {
 
 func TestEvalPath(t *testing.T) {
 	v := map[string]any{"results": map[string]any{"ops": []any{
-		map[string]any{"name": "a", "ns": 1.5}, map[string]any{"name": "b", "ns": 2.5},
+		map[string]any{"name": "a", "ns": 1.5, "n": 1.0}, map[string]any{"name": "b", "ns": 2.5, "n": 1.0},
+		map[string]any{"name": "a", "ns": 3.5, "n": 10.0},
 	}}}
 	for path, want := range map[string]string{
-		"results.ops[1].ns":      "[2.5]",
-		"results.ops[*].ns":      "[1.5 2.5]",
-		"results.ops[name=a].ns": "[1.5]",
+		"results.ops[1].ns":           "[2.5]",
+		"results.ops[*].ns":           "[1.5 2.5 3.5]",
+		"results.ops[name=b].ns":      "[2.5]",
+		"results.ops[name=a&n=10].ns": "[3.5]",
+		"results.ops[n=1&name=a].ns":  "[1.5]",
 	} {
 		got, err := evalPath(v, path)
 		if err != nil || fmt.Sprint(got) != want {
@@ -138,10 +141,13 @@ func TestEvalPath(t *testing.T) {
 		}
 	}
 	for path, want := range map[string]string{
-		"results.opz":            `no key "opz" (there are ops)`,
-		"results.ops[7]":         "no element 7 of 2",
-		"results.ops[name=c].ns": `0 elements have name = "c" (one must)`,
-		"results.ops[0":          "a [ that does not close",
+		"results.opz":                     `no key "opz" (there are ops)`,
+		"results.ops[7]":                  "no element 7 of 3",
+		"results.ops[name=c].ns":          `0 elements have name = "c" (one must)`,
+		"results.ops[name=a].ns":          `2 elements have name = "a" (one must)`,
+		"results.ops[name=a&n].ns":        `"n": a condition is key=value`,
+		"results.ops[n=1&name=a&n=10].ns": `0 elements have n = "1" and name = "a" and n = "10"`,
+		"results.ops[0":                   "a [ that does not close",
 	} {
 		if _, err := evalPath(v, path); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", path, err, want)

@@ -486,7 +486,8 @@ func (d *data) renderBench(f *fig) (string, usage, error) {
 
 // evalPath walks a decoded JSON value: keys joined by ".", [i] for an
 // element, [*] for every element, [key=value] for the element of a list
-// of objects whose key is value.
+// of objects whose key is value, [k=v&k2=v2] for the one whose keys are
+// all those values.
 func evalPath(v any, path string) ([]any, error) {
 	cur := []any{v}
 	p := path
@@ -547,21 +548,41 @@ func stepInto(v any, step string) ([]any, error) {
 	if inner == "*" {
 		return list, nil
 	}
-	if k, want, ok := strings.Cut(inner, "="); ok {
-		var out []any
-		for _, e := range list {
-			if m, ok := e.(map[string]any); ok && fmt.Sprint(m[k]) == want {
-				out = append(out, e)
-			}
-		}
-		if len(out) != 1 {
-			return nil, fmt.Errorf("%d elements have %s = %q (one must)", len(out), k, want)
-		}
-		return out, nil
+	if strings.Contains(inner, "=") {
+		return selectOne(list, inner)
 	}
 	i, err := strconv.Atoi(inner)
 	if err != nil || i < 0 || i >= len(list) {
 		return nil, fmt.Errorf("no element %s of %d", inner, len(list))
 	}
 	return []any{list[i]}, nil
+}
+
+// selectOne picks the one element of a list of objects that has every
+// key=value of cond (pairs joined by "&").
+func selectOne(list []any, cond string) ([]any, error) {
+	type pair struct{ k, v string }
+	var want []pair
+	for _, c := range strings.Split(cond, "&") {
+		k, v, ok := strings.Cut(c, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: a condition is key=value (several joined by &)", c)
+		}
+		want = append(want, pair{k, v})
+	}
+	var out []any
+	for _, e := range list {
+		m, ok := e.(map[string]any)
+		if ok && !slices.ContainsFunc(want, func(p pair) bool { return fmt.Sprint(m[p.k]) != p.v }) {
+			out = append(out, e)
+		}
+	}
+	if len(out) != 1 {
+		desc := make([]string, len(want))
+		for i, p := range want {
+			desc[i] = fmt.Sprintf("%s = %q", p.k, p.v)
+		}
+		return nil, fmt.Errorf("%d elements have %s (one must)", len(out), strings.Join(desc, " and "))
+	}
+	return out, nil
 }
