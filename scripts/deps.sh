@@ -9,7 +9,10 @@
 # kubernetes-validate from PyPI in .cache/venv (it ships the Kubernetes
 # JSON schemas, so validation works offline). For `make test-kernels`
 # (scripts/kernels/): qemu-system-x86 and virtme-ng (PyPI, in the same
-# venv) boot the matrix's kernels, udev lets virtme-ng hand back the
+# venv) boot the matrix's kernels, busybox-static is the shell of the
+# initramfs virtme-ng builds (it copies the one binary, so it must be
+# static; without it every guest fails with "initramfs is needed, and no
+# busybox was found"), udev lets virtme-ng hand back the
 # guest's exit code, kmod's depmod indexes the unpacked modules, and
 # hostapd, wpasupplicant and iw make the Wi-Fi test's access point and
 # station on mac80211_hwsim. A second run installs nothing.
@@ -17,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(clang llvm libbpf-dev bpftool iperf3 iproute2 ca-certificates mptcpd mptcpd-plugins systemd python3-venv curl python3
-	qemu-system-x86 udev kmod hostapd wpasupplicant iw)
+	qemu-system-x86 busybox-static udev kmod hostapd wpasupplicant iw)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
