@@ -227,6 +227,15 @@ func (p *shaper) endEntries(r *shapeRound) {
 			s.startEntry(now, sf, main)
 			continue
 		}
+		if sf.BytesAcked <= s.entryBytes+1 && sf.Unacked == 0 {
+			// MPTCP's scheduler has given it nothing yet (the main path
+			// still has room in its window, or the sender is idle): there
+			// is nothing to judge, and "carried 0% in its first 184 ms"
+			// would set aside a path never tried (seen in CI over two
+			// equal veths). Its entry starts with its first data.
+			s.startEntry(now, sf, main)
+			continue
+		}
 		// Its share: what it carries (bytes over its entry, or what its
 		// window carries per RTT, whichever is more: a joiner with a longer
 		// RTT is still in slow start when a near one has long left it)

@@ -548,3 +548,29 @@ func TestShaperSafetyNetPausesAroundProbeRTT(t *testing.T) {
 		}
 	}
 }
+
+func TestShaperDoesNotJudgeAJoinerMPTCPHasGivenNothing(t *testing.T) {
+	// Two equal, fast paths: MPTCP's scheduler keeps the first while its
+	// window has room and gives the joiner nothing for a while (seen over
+	// two veths in CI). A joiner never tried is not slow: its entry
+	// starts with its first data, and then it is judged as any other.
+	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 0, 4 * ms, 0})
+	s.run(20)
+	if b := s.backups[s.id(1)]; b.Backup {
+		t.Fatalf("a joiner given no data for 2 s was set aside: %s", b.Reason)
+	}
+	s.paths[1].capacity = 400e6
+	s.run(30)
+	if b := s.backups[s.id(1)]; b.Backup || !strings.Contains(b.Reason, "of the main path's rate") {
+		t.Fatalf("once given data at the main path's rate: backup %v (%s), want free after its entry", b.Backup, b.Reason)
+	}
+	// The same wait, then a slow path: judged on what it carries once it
+	// has data, and set aside.
+	s = newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 0, 4 * ms, 0})
+	s.run(20)
+	s.paths[1].capacity = 4e6
+	s.run(8)
+	if b := s.backups[s.id(1)]; !b.Backup || !strings.Contains(b.Reason, "1% of the main path's") {
+		t.Fatalf("a 4 Mbit/s joiner beside 400 Mbit/s, 0.8 s after its first data: %+v (%s), want aside", b, b.Reason)
+	}
+}
