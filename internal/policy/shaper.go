@@ -60,7 +60,12 @@ import (
 //     most of its rate for its period and can only fail again (ecf-50-10-
 //     512k: three trials at 4, 15 and 11 Mbit/s against 47 without);
 //     and such a path goes aside after 1 s of the main path waiting on it,
-//     not 2.
+//     not 2;
+//   - no gain in time: under a loss-based CC on the main path, a far
+//     joiner the model lets carry less than Gain of the main path's rate
+//     in time never enters (see noGainInTime);
+//   - a near joiner under SlowShare that adds Gain, all in time, stays
+//     (see endEntries).
 type shaper struct {
 	ShaperConfig
 	conns map[uint32]*shapeConn

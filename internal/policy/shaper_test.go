@@ -574,3 +574,46 @@ func TestShaperDoesNotJudgeAJoinerMPTCPHasGivenNothing(t *testing.T) {
 		t.Fatalf("a 4 Mbit/s joiner beside 400 Mbit/s, 0.8 s after its first data: %+v (%s), want aside", b, b.Reason)
 	}
 }
+
+func TestShaperKeepsALossBasedMainPathFromAFarJoinerWithNoGainInTime(t *testing.T) {
+	// ecf-50-10-1m: 50 Mbit/s at 40 ms RTT, 10 Mbit/s at 100 ms (near by
+	// entry_factor, far by slow_factor), a 632 KiB window: the model lets
+	// nothing of the joiner's arrive in time. Under CUBIC it never enters
+	// (its entry drained the main path's window and CUBIC took seconds to
+	// grow it back); under BBR it enters and is judged by what it carries.
+	for _, cc := range []string{"cubic", "bbr"} {
+		s := newShapeSim(t, NewECF(), 632<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 10e6, 100 * ms, 0})
+		for i := range s.sfs {
+			s.sfs[i].CC = cc
+		}
+		s.run(20)
+		b := s.backups[s.id(1)]
+		if cc == "cubic" && (!b.Backup || !strings.Contains(b.Reason, "no gain in time") || s.trials[s.id(1)] > 0) {
+			t.Fatalf("under cubic after 2 s: backup %v, %d trials (%s), want aside from the start: no gain in time", b.Backup, s.trials[s.id(1)], b.Reason)
+		}
+		if cc == "bbr" && s.trials[s.id(1)] == 0 {
+			t.Fatalf("under bbr after 2 s: backup %v (%s), never carried; want it entered", b.Backup, b.Reason)
+		}
+	}
+}
+
+func TestShaperKeepsANearJoinerUnderSlowShareThatAddsInTime(t *testing.T) {
+	// 50 and 5 Mbit/s, both at 40 ms: the joiner carries 20% of the
+	// main path's rate (its window per RTT: twice its BDP, as BBR keeps),
+	// under slow_share (25%). With an 8 MiB window what
+	// it carries arrives in time and it adds more than gain (5%): it
+	// stays. With 256 KiB the main path alone fills the window: aside.
+	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 5e6, 40 * ms, 0})
+	s.run(30)
+	if b := s.backups[s.id(1)]; b.Backup || !strings.Contains(b.Reason, "under slow_share, but it adds") {
+		t.Fatalf("8 MiB window after 3 s: backup %v (%s), want it kept: it adds and arrives in time", b.Backup, b.Reason)
+	}
+	if n := s.trials[s.id(1)]; n != 0 {
+		t.Fatalf("8 MiB window: it went back to work %d times, want never set aside", n)
+	}
+	s = newShapeSim(t, NewECF(), 256<<10, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 5e6, 40 * ms, 0})
+	s.run(8)
+	if b := s.backups[s.id(1)]; !b.Backup || !strings.Contains(b.Reason, "20% of the main path's") {
+		t.Fatalf("256 KiB window after its entry: backup %v (%s), want aside at its share (20%%)", b.Backup, b.Reason)
+	}
+}
