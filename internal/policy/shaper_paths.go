@@ -118,10 +118,11 @@ func (p *shaper) noRoom(r *shapeRound, sf observe.Subflow) (string, bool) {
 // path carries early holds the main path's data at the receiver, the main
 // path's window drains and its CUBIC/Reno sender loses a burst; it then
 // grows its window back over seconds, where BBR is at rate again within a
-// few RTTs (ecf-50-10-1m under CUBIC: 47 Mbit/s down to 25 for 7 s after
-// a 10 Mbit/s path entered for 2 s). Under BBR the trials and the safety
+// few RTTs (ecf-50-10-1m under CUBIC, one run: a 10 Mbit/s path entered
+// for 2 s, the connection fell from 47 Mbit/s to under 5 for those 2 s
+// and was back at rate 7 s later). Under BBR the trials and the safety
 // net decide, as the model is conservative there (ecf-50-50-1m: the model
-// lets nothing in time, default MPTCP gains 13%).
+// lets nothing in time, default MPTCP gains 13% over TCP).
 func (p *shaper) noGainInTime(r *shapeRound, sf observe.Subflow) (string, bool) {
 	c, lag := p.mainCapacity(r), pathLag(sf, r.main)
 	if !lossBasedCC(r.main.CC) || r.wnd == 0 {
