@@ -124,11 +124,10 @@ func (p *shaper) noRoom(r *shapeRound, sf observe.Subflow) (string, bool) {
 // net decide, as the model is conservative there (ecf-50-50-1m: the model
 // lets nothing in time, default MPTCP gains 13% over TCP).
 func (p *shaper) noGainInTime(r *shapeRound, sf observe.Subflow) (string, bool) {
-	c, lag := p.mainCapacity(r), pathLag(sf, r.main)
 	if !lossBasedCC(r.main.CC) || r.wnd == 0 {
 		return "", false
 	}
-	in := inTimeRate(float64(p.Headroom)*float64(r.wnd), lag, c)
+	c, in := p.mainCapacity(r), p.inTimeBeside(r, sf)
 	if in >= float64(p.Gain)*c {
 		return "", false
 	}
@@ -144,7 +143,13 @@ func lossBasedCC(cc string) bool { return cc != "" && !strings.HasPrefix(cc, "bb
 // fitsInTime tells whether the in-time model lets a far path carry what it
 // has carried beside what the main path can carry (see inTimeRate).
 func (p *shaper) fitsInTime(r *shapeRound, sf observe.Subflow, s *shapeSub) bool {
-	return inTimeRate(float64(p.Headroom)*float64(r.wnd), pathLag(sf, r.main), p.mainCapacity(r)) >= s.capacity(sf)
+	return p.inTimeBeside(r, sf) >= s.capacity(sf)
+}
+
+// inTimeBeside is what the in-time model lets sf carry beside the main
+// path at what it can carry, within Headroom of the window (bytes/s).
+func (p *shaper) inTimeBeside(r *shapeRound, sf observe.Subflow) float64 {
+	return inTimeRate(float64(p.Headroom)*float64(r.wnd), pathLag(sf, r.main), p.mainCapacity(r))
 }
 
 // baseRTT is a subflow's lowest RTT (its SRTT until the kernel has one).

@@ -268,8 +268,10 @@ func (p *shaper) endEntries(r *shapeRound) {
 		if (now.Before(s.entryUntil) || r.warming) && !early {
 			continue
 		}
-		if share < float64(p.SlowShare) && !early && p.InTimeGate && rate >= float64(p.Gain)*math.Max(r.mainNow, mainRate) &&
-			inTimeRate(float64(p.Headroom)*float64(r.wnd), pathLag(sf, main), p.mainCapacity(r)) >= rate {
+		// At a rate under Gain of the main path's it could not add the
+		// gain a trial asks for.
+		canAdd := rate >= float64(p.Gain)*math.Max(r.mainNow, mainRate)
+		if share < float64(p.SlowShare) && !early && p.InTimeGate && canAdd && p.inTimeBeside(r, sf) >= rate {
 			// Less than SlowShare, but it adds Gain and the in-time model
 			// says what it carries arrives in time: setting it aside would
 			// give up a gain default MPTCP keeps (ecf-50-10-256m under
@@ -283,9 +285,9 @@ func (p *shaper) endEntries(r *shapeRound) {
 		if share < float64(p.SlowShare) {
 			why := fmt.Sprintf("it carried %s in its first %s, %.0f%% of the main path's %s",
 				mbit(rate), fmtMs(now.Sub(s.seen)), 100*share, mbit(mainRate))
-			// At that rate it could not add the gain a trial asks for: its
-			// trials wait the longest (each costs).
-			if rate < float64(p.Gain)*math.Max(r.mainNow, mainRate) {
+			// One that cannot add Gain waits the longest for its trials
+			// (each costs).
+			if !canAdd {
 				s.retry = 16 * p.Retry
 				why += fmt.Sprintf("; it cannot add %.0f%%", 100*float64(p.Gain))
 			}
