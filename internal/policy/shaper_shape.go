@@ -9,20 +9,21 @@ import (
 	"mpsteer/internal/units"
 )
 
-// shape decides one connection: the actions and its status. Its steps
-// run in this order, each on what the ones before left in the round:
-// what the subflows and the connection carry (measure), the main path
-// (pickMain), where joiners go (placeJoiners), the entries that end
+// shape decides one connection's states: its round and its status. Its
+// steps run in this order, each on what the ones before left in the
+// round: what the subflows and the connection carry (measure), the main
+// path (pickMain), where joiners go (placeJoiners), the entries that end
 // (endEntries), the far paths the main path waits on (setAsideWaitedOn)
-// and those with no room (setAsideNoRoom), the safety net (safetyNet),
-// the trial that ends or starts (judgeOrStartTrial), and what each
-// subflow may carry (decisions).
-func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
+// and those with no room (setAsideNoRoom), the safety net (safetyNet) and
+// the trial that ends or starts (judgeOrStartTrial). What each subflow
+// may carry (decisions) comes once every connection has had its round
+// (decideAll: some of it is decided over connections).
+func (p *shaper) shape(now time.Time, c *Conn) (*shapeRound, ShapeConnStatus) {
 	r := p.measure(now, c)
 	cs := ShapeConnStatus{Token: fmt.Sprintf("%08x", c.Token), WindowB: r.wnd, AggregateMbit: r.agg * 8 / 1e6}
 	if len(c.Subflows) < 2 {
 		r.onlyPath()
-		return nil, cs
+		return r, cs
 	}
 	p.pickMain(r)
 	cs.Main, cs.MainMbit = r.mainID.String(), r.mainNow*8/1e6
@@ -32,9 +33,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	p.setAsideNoRoom(r)
 	p.safetyNet(r)
 	p.judgeOrStartTrial(r)
-	var out []Action
-	out, cs.Subflows = p.decisions(r)
-	return out, cs
+	return r, cs
 }
 
 // shapeRound is one connection's round, handed from step to step: what
@@ -131,6 +130,9 @@ func (p *shaper) joined(c *Conn, sf observe.Subflow, now time.Time) *shapeSub {
 
 // onlyPath frees the subflow of a connection that has one.
 func (r *shapeRound) onlyPath() {
+	if len(r.c.Subflows) == 1 {
+		r.st.main = ID(r.c.Subflows[0])
+	}
 	for _, sf := range r.c.Subflows {
 		if s := r.st.subs[ID(sf)]; s.state != shFree {
 			s.state, s.why = shFree, "the connection's only path"
@@ -156,7 +158,7 @@ func (p *shaper) pickMain(r *shapeRound) {
 		}
 	}
 	r.main, r.mainID = main, ID(main)
-	r.ms = st.subs[r.mainID]
+	r.ms, st.main = st.subs[r.mainID], r.mainID
 	// Trials wait until the initial path has warmed up (and carried for
 	// half a second): before that, "without it" is not a baseline.
 	r.warming = r.ms.initial && now.Sub(r.ms.seen) < max(500*time.Millisecond, time.Duration(p.WarmupRTTs*float64(max(main.SRTT, time.Millisecond))))

@@ -617,3 +617,53 @@ func TestShaperKeepsANearJoinerUnderSlowShareThatAddsInTime(t *testing.T) {
 		t.Fatalf("256 KiB window after its entry: backup %v (%s), want aside at its share (20%%)", b.Backup, b.Reason)
 	}
 }
+
+// Under the kernel path manager an address's backup flag is one for all
+// its connections (and the daemon makes it backup only when every subflow
+// from it is to be): once most connections from an address have set it
+// aside, the others follow. Under the userspace path manager each
+// connection's subflow has its own flag and stays as its connection
+// decides.
+func TestShaperSetsAsideWhatMostConnectionsFromAnAddressSetAside(t *testing.T) {
+	for _, pm := range []string{KernelPM, UserspacePM} {
+		p := mustBuild(t, "name: ecf", Env{PathManager: pm})
+		var sims []*shapeSim
+		for i := 0; i < 5; i++ {
+			// Three connections the 20 Mbit/s path holds up (their main
+			// path idle while it has data in flight), two it helps.
+			harm := 0.0
+			if i < 3 {
+				harm = 0.3
+			}
+			s := newShapeSim(t, p, 8<<20, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 20e6, 100 * ms, harm})
+			if harm > 0 {
+				s.sfs[0].Unacked, s.sfs[1].Unacked = 0, 30
+			} else {
+				s.sfs[0].Unacked, s.sfs[1].Unacked = s.sfs[0].Cwnd, 30
+			}
+			sims = append(sims, s)
+		}
+		aside := func(i int) bool { return sims[i].backups[sims[i].id(1)].Backup }
+		// Each joins aside, enters as near (within entry_factor), then the
+		// three go aside.
+		entered, most := false, false
+		for r := 0; r < 100 && !most; r++ {
+			runShapeSims(1, sims...)
+			entered = entered || !aside(0) && !aside(3)
+			most = entered && aside(0) && aside(1) && aside(2)
+		}
+		if !most {
+			t.Fatalf("%s: the path never entered, or the three connections it holds up never set it aside (entered: %v)", pm, entered)
+		}
+		runShapeSims(2, sims...)
+		for i := 3; i < 5; i++ {
+			why := sims[i].backups[sims[i].id(1)].Reason
+			if pm == KernelPM && !aside(i) {
+				t.Errorf("kernel PM: connection %d keeps the path most connections set aside: %s", i, why)
+			}
+			if pm == UserspacePM && aside(i) {
+				t.Errorf("userspace PM: connection %d set aside a path that helps it: %s", i, why)
+			}
+		}
+	}
+}
