@@ -38,10 +38,12 @@ func (p *shaper) restTogether(now time.Time) {
 				n = &count{}
 				counts[id.Local.Addr()] = n
 			}
-			switch s.state {
-			case shAside:
+			switch {
+			case s.state == shAside && !s.nextTrial.IsZero():
+				// (Set aside by a decision: a joiner not yet placed is
+				// aside too, and is no vote.)
 				n.aside++
-			case shEntry, shFree, shCapped:
+			case s.state == shEntry || s.state == shFree || s.state == shCapped:
 				n.carrying++
 			}
 		}
