@@ -273,7 +273,7 @@ func (p *shaper) endEntries(r *shapeRound) {
 		// At a rate under Gain of the main path's it could not add the
 		// gain a trial asks for.
 		canAdd := rate >= float64(p.Gain)*math.Max(r.mainNow, mainRate)
-		if share < float64(p.SlowShare) && !early && p.InTimeGate && canAdd && p.inTimeBeside(r, sf) >= rate {
+		if share < float64(p.SlowShare) && !early && p.InTimeGate && canAdd && p.fitsAt(r, sf, rate) {
 			// Less than SlowShare, but it adds Gain and the in-time model
 			// says what it carries arrives in time: setting it aside would
 			// give up a gain default MPTCP keeps (ecf-50-10-256m under
