@@ -146,7 +146,6 @@ func buildDynThresh(m *yamlcfg.Map, env Env) Policy {
 		{dtPaper, []any{&d.DynThreshConfig, &d.DynThreshProbeConfig}},
 		{dtPlain, []any{&d.DynThreshConfig}},
 	})
-	d.sh.perAddress = env.PathManager != UserspacePM
 	if d.Mode == dtPaper && d.MaxProbeInterval < d.ProbeInterval && !m.Failed("probe_interval") {
 		m.Errorf("max_probe_interval", "%v is below probe_interval %v", d.MaxProbeInterval, d.ProbeInterval)
 	}

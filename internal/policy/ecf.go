@@ -21,7 +21,6 @@ type ECF struct {
 func buildECF(m *yamlcfg.Map, env Env) Policy {
 	p := NewECF()
 	yamlcfg.Decode(m, &p.sh.ShaperConfig)
-	p.sh.perAddress = env.PathManager != UserspacePM
 	return p
 }
 

@@ -79,10 +79,6 @@ type shaper struct {
 	// groups: how many subflows are on each group trial (see judge), as
 	// the last round left them.
 	groups map[trialGroup]int
-	// perAddress: the backup flag acts per address (the kernel path
-	// manager's endpoints), so an address's subflows rest together (see
-	// restTogether).
-	perAddress bool
 }
 
 // ShaperConfig is what ecf and dynthresh's shaped mode read of their
@@ -146,7 +142,7 @@ func (p *shaper) requirements() Requirements {
 func newShaper() shaper {
 	return shaper{ShaperConfig: ShaperConfig{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true,
 		SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
-		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true}, perAddress: true, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
+		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 
 type shapeConn struct {
@@ -158,7 +154,6 @@ type shapeConn struct {
 	// probeRTT: when its main path was last seen in BBR's ProbeRTT.
 	probeRTT time.Time
 	trial    SubflowID // the subflow on trial (zero: none)
-	main     SubflowID // its main path, as the last round chose it
 	// alone: what the connection delivered without the subflow last put on
 	// trial (0: no trial yet; the main path's level counts).
 	alone float64
@@ -282,25 +277,14 @@ func (p *shaper) decideAll(s *Snapshot) ([]Action, []ShapeConnStatus) {
 			}
 		}
 	}
-	var rounds []*shapeRound
 	for _, c := range s.Conns {
 		live[c.Token] = true
-		r, cs := p.shape(s.Now, c)
-		rounds = append(rounds, r)
+		acts, cs := p.shape(s.Now, c)
+		out = append(out, acts...)
 		status = append(status, cs)
 	}
 	p.forget(live)
-	// What is decided over connections (group verdicts, an address's
-	// subflows resting together) shows in this round's actions.
 	p.judgeGroups(s.Now)
-	p.restTogether(s.Now)
-	for i, r := range rounds {
-		if r.mainID != (SubflowID{}) {
-			var acts []Action
-			acts, status[i].Subflows = p.decisions(r)
-			out = append(out, acts...)
-		}
-	}
 	return out, status
 }
 

@@ -138,29 +138,16 @@ func (p *shaper) noGainInTime(r *shapeRound, sf observe.Subflow) (string, bool) 
 // lossBasedCC tells whether a congestion control (as the kernel names
 // it) backs off on loss and regrows its window slowly: every one but BBR.
 // An unknown one ("") is not taken as loss-based.
-func lossBasedCC(cc string) bool { return cc != "" && !strings.HasPrefix(cc, "bbr") }
+func lossBasedCC(cc string) bool { return cc != "" && !bbrCC(cc) }
+
+// bbrCC tells whether a congestion control is BBR (any version: "bbr",
+// "bbr2", "bbr3" out of tree).
+func bbrCC(cc string) bool { return strings.HasPrefix(cc, "bbr") }
 
 // fitsInTime tells whether the in-time model lets a far path carry what it
-// has carried beside what the main path can carry (see fitsAt).
+// has carried beside what the main path can carry (see inTimeRate).
 func (p *shaper) fitsInTime(r *shapeRound, sf observe.Subflow, s *shapeSub) bool {
-	return p.fitsAt(r, sf, s.capacity(sf))
-}
-
-// fitsAt tells whether what sf carries at rate (bytes/s) arrives in time
-// beside the main path at what it can carry: (c + rate)(lag + burst/rate)
-// within Headroom of the window. Not only "rate at most inTimeRate": the
-// rates that fit lie between the quadratic's two roots, and below the
-// lower one each 64 KiB burst takes too long at the path's rate
-// (ecf-many-50-10-512k: eight connections over a 10 Mbit/s path, about
-// 1.2 Mbit/s each, under the lower root's 2.5; the largest root, 17
-// Mbit/s, said it fitted, and the path carried for 6 s with the main
-// paths waiting on it).
-func (p *shaper) fitsAt(r *shapeRound, sf observe.Subflow, rate float64) bool {
-	if rate <= 0 {
-		return true
-	}
-	hw, lag := float64(p.Headroom)*float64(r.wnd), pathLag(sf, r.main).Seconds()
-	return (p.mainCapacity(r)+rate)*(lag+burst/rate) <= hw
+	return p.inTimeBeside(r, sf) >= s.capacity(sf)
 }
 
 // inTimeBeside is what the in-time model lets sf carry beside the main

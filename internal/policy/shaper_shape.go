@@ -9,21 +9,20 @@ import (
 	"mpsteer/internal/units"
 )
 
-// shape decides one connection's states: its round and its status. Its
-// steps run in this order, each on what the ones before left in the
-// round: what the subflows and the connection carry (measure), the main
-// path (pickMain), where joiners go (placeJoiners), the entries that end
+// shape decides one connection: the actions and its status. Its steps
+// run in this order, each on what the ones before left in the round:
+// what the subflows and the connection carry (measure), the main path
+// (pickMain), where joiners go (placeJoiners), the entries that end
 // (endEntries), the far paths the main path waits on (setAsideWaitedOn)
-// and those with no room (setAsideNoRoom), the safety net (safetyNet) and
-// the trial that ends or starts (judgeOrStartTrial). What each subflow
-// may carry (decisions) comes once every connection has had its round
-// (decideAll: some of it is decided over connections).
-func (p *shaper) shape(now time.Time, c *Conn) (*shapeRound, ShapeConnStatus) {
+// and those with no room (setAsideNoRoom), the safety net (safetyNet),
+// the trial that ends or starts (judgeOrStartTrial), and what each
+// subflow may carry (decisions).
+func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	r := p.measure(now, c)
 	cs := ShapeConnStatus{Token: fmt.Sprintf("%08x", c.Token), WindowB: r.wnd, AggregateMbit: r.agg * 8 / 1e6}
 	if len(c.Subflows) < 2 {
 		r.onlyPath()
-		return r, cs
+		return nil, cs
 	}
 	p.pickMain(r)
 	cs.Main, cs.MainMbit = r.mainID.String(), r.mainNow*8/1e6
@@ -33,7 +32,9 @@ func (p *shaper) shape(now time.Time, c *Conn) (*shapeRound, ShapeConnStatus) {
 	p.setAsideNoRoom(r)
 	p.safetyNet(r)
 	p.judgeOrStartTrial(r)
-	return r, cs
+	var out []Action
+	out, cs.Subflows = p.decisions(r)
+	return out, cs
 }
 
 // shapeRound is one connection's round, handed from step to step: what
@@ -130,9 +131,6 @@ func (p *shaper) joined(c *Conn, sf observe.Subflow, now time.Time) *shapeSub {
 
 // onlyPath frees the subflow of a connection that has one.
 func (r *shapeRound) onlyPath() {
-	if len(r.c.Subflows) == 1 {
-		r.st.main = ID(r.c.Subflows[0])
-	}
 	for _, sf := range r.c.Subflows {
 		if s := r.st.subs[ID(sf)]; s.state != shFree {
 			s.state, s.why = shFree, "the connection's only path"
@@ -158,7 +156,7 @@ func (p *shaper) pickMain(r *shapeRound) {
 		}
 	}
 	r.main, r.mainID = main, ID(main)
-	r.ms, st.main = st.subs[r.mainID], r.mainID
+	r.ms = st.subs[r.mainID]
 	// Trials wait until the initial path has warmed up (and carried for
 	// half a second): before that, "without it" is not a baseline.
 	r.warming = r.ms.initial && now.Sub(r.ms.seen) < max(500*time.Millisecond, time.Duration(p.WarmupRTTs*float64(max(main.SRTT, time.Millisecond))))
@@ -273,7 +271,7 @@ func (p *shaper) endEntries(r *shapeRound) {
 		// At a rate under Gain of the main path's it could not add the
 		// gain a trial asks for.
 		canAdd := rate >= float64(p.Gain)*math.Max(r.mainNow, mainRate)
-		if share < float64(p.SlowShare) && !early && p.InTimeGate && canAdd && p.fitsAt(r, sf, rate) {
+		if share < float64(p.SlowShare) && !early && p.InTimeGate && canAdd && p.inTimeBeside(r, sf) >= rate {
 			// Less than SlowShare, but it adds Gain and the in-time model
 			// says what it carries arrives in time: setting it aside would
 			// give up a gain default MPTCP keeps (ecf-50-10-256m under
@@ -357,7 +355,7 @@ func (p *shaper) setAsideNoRoom(r *shapeRound) {
 // around the main path's ProbeRTT (ProbeRTTPause).
 func (p *shaper) safetyNet(r *shapeRound) {
 	now, st := r.now, r.st
-	if p.ProbeRTTPause && r.main.CC == "bbr" && r.main.Cwnd <= 4 {
+	if p.ProbeRTTPause && bbrCC(r.main.CC) && r.main.Cwnd <= 4 {
 		st.probeRTT = now
 	}
 	// (A ProbeRTT of 200 ms empties the main path for about 300: a 1 s
