@@ -57,7 +57,14 @@ var benchmarks = []benchmark{
 		if err != nil {
 			return nil, err
 		}
-		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath"), progress)
+		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath"), "mpsteer bench twopath", bench.TwoPathCases, progress)
+	}},
+	{"twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 to 25 ms (30 cases, lab runs, ~9 min)", func(ctx context.Context, out string) (any, error) {
+		bin, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short"), "mpsteer bench twopath-short", bench.ShortTwoPathCases(), progress)
 	}},
 	{"rate", "each way of holding a subflow to a rate (pacing, rwnd, cc) on one upload: accuracy, settling after a cut, queueing, lift (lab runs, ~1 min)", func(ctx context.Context, out string) (any, error) {
 		bin, err := os.Executable()

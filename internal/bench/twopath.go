@@ -21,18 +21,45 @@ type TwoPathCase struct {
 	Duration       string // a long transfer of this length
 	Repeats        int    // runs; the median counts
 	About          string
+	// TCPBest: the tcp variant is TCP over the better of the two paths in
+	// each run (where neither is better both ways); else over a.
+	TCPBest bool
 }
 
 // TwoPathCases are the cases `mpsteer bench twopath` runs: equal and
 // unequal rates, equal and unequal delays, long transfers and 8 MiB ones.
 var TwoPathCases = []TwoPathCase{
-	{"equal-long", "100mbit", "100mbit", "10ms", "10ms", "", "10s", 1, "equal paths, 10 s"},
-	{"rates-long", "100mbit", "30mbit", "10ms", "10ms", "", "10s", 1, "100 and 30 Mbit/s, equal delays, 10 s"},
-	{"delays-long", "100mbit", "100mbit", "5ms", "25ms", "", "10s", 1, "equal rates, 5 and 25 ms, 10 s"},
-	{"both-long", "100mbit", "40mbit", "5ms", "25ms", "", "10s", 1, "100 and 40 Mbit/s, 5 and 25 ms, 10 s"},
-	{"equal-8mib", "100mbit", "100mbit", "10ms", "10ms", "8MiB", "", 5, "equal paths, 8 MiB"},
-	{"rates-8mib", "100mbit", "30mbit", "10ms", "10ms", "8MiB", "", 5, "100 and 30 Mbit/s, equal delays, 8 MiB"},
-	{"delays-8mib", "100mbit", "100mbit", "5ms", "25ms", "8MiB", "", 5, "equal rates, 5 and 25 ms, 8 MiB"},
+	{"equal-long", "100mbit", "100mbit", "10ms", "10ms", "", "10s", 1, "equal paths, 10 s", false},
+	{"rates-long", "100mbit", "30mbit", "10ms", "10ms", "", "10s", 1, "100 and 30 Mbit/s, equal delays, 10 s", false},
+	{"delays-long", "100mbit", "100mbit", "5ms", "25ms", "", "10s", 1, "equal rates, 5 and 25 ms, 10 s", false},
+	{"both-long", "100mbit", "40mbit", "5ms", "25ms", "", "10s", 1, "100 and 40 Mbit/s, 5 and 25 ms, 10 s", false},
+	{"equal-8mib", "100mbit", "100mbit", "10ms", "10ms", "8MiB", "", 5, "equal paths, 8 MiB", false},
+	{"rates-8mib", "100mbit", "30mbit", "10ms", "10ms", "8MiB", "", 5, "100 and 30 Mbit/s, equal delays, 8 MiB", false},
+	{"delays-8mib", "100mbit", "100mbit", "5ms", "25ms", "8MiB", "", 5, "equal rates, 5 and 25 ms, 8 MiB", false},
+}
+
+// ShortTwoPathCases are the cases `mpsteer bench twopath-short` runs
+// (issue 24): transfers of 8 and 16 MiB over two paths at 10/10, 15/5 and
+// 5/15 Mbit/s, with one-way delays of 0 to 25 ms: where joining as backup
+// and a far path's wait for its trial cost most, against default MPTCP,
+// which uses both paths from their handshakes. One transfer per case and
+// run; the runs give the interval.
+func ShortTwoPathCases() []TwoPathCase {
+	var cases []TwoPathCase
+	for _, r := range [][2]int{{10, 10}, {15, 5}, {5, 15}} {
+		for _, d := range [][2]int{{0, 0}, {0, 10}, {0, 25}, {25, 0}, {25, 25}} {
+			for _, mib := range []int{8, 16} {
+				cases = append(cases, TwoPathCase{
+					Name:  fmt.Sprintf("r%d-%d-d%d-%d-%dmib", r[0], r[1], d[0], d[1], mib),
+					RateA: fmt.Sprintf("%dmbit", r[0]), RateB: fmt.Sprintf("%dmbit", r[1]),
+					DelayA: fmt.Sprintf("%dms", d[0]), DelayB: fmt.Sprintf("%dms", d[1]),
+					Size: fmt.Sprintf("%dMiB", mib), Repeats: 1, TCPBest: true,
+					About: fmt.Sprintf("%d and %d Mbit/s, %d and %d ms one way, %d MiB", r[0], r[1], d[0], d[1], mib),
+				})
+			}
+		}
+	}
+	return cases
 }
 
 // TwoPathResult is one case's figures (medians over its repeats).
@@ -64,6 +91,10 @@ func (c TwoPathCase) scenario() string {
 	if c.Size != "" {
 		traffic = fmt.Sprintf("{type: bulk, size: %s, duration: 20s}", c.Size)
 	}
+	tcp := "{name: tcp, kind: tcp, path: a}"
+	if c.TCPBest {
+		tcp = "{name: tcp, kind: tcp, path: best, among: [a, b]}"
+	}
 	return fmt.Sprintf(`name: twopath-%s
 description: "dynthresh against default MPTCP: %s"
 paths:
@@ -72,27 +103,27 @@ paths:
 traffic:
   - %s
 variants:
-  - {name: tcp, kind: tcp, path: a}
+  - %s
   - {name: mptcp, kind: mptcp}
   - name: mptcp+dynthresh
     kind: mptcp
     daemon:
       client: {policies: [{name: dynthresh}]}
-`, c.Name, c.About, c.RateA, c.DelayA, c.RateB, c.DelayB, traffic)
+`, c.Name, c.About, c.RateA, c.DelayA, c.RateB, c.DelayB, traffic, tcp)
 }
 
 // TwoPath runs the cases (each variant in a fresh lab world) and writes
-// every run's results under out.
-func TwoPath(ctx context.Context, binary, out string, progress func(string)) (*TwoPathResults, error) {
-	res := &TwoPathResults{WorstRatio: 0, Target: 0.98, Command: "mpsteer bench twopath"}
-	for _, c := range TwoPathCases {
+// every run's results under out; command names the bench in the results.
+func TwoPath(ctx context.Context, binary, out, command string, cases []TwoPathCase, progress func(string)) (*TwoPathResults, error) {
+	res := &TwoPathResults{WorstRatio: 0, Target: 0.98, Command: command}
+	for i, c := range cases {
 		s, err := scenario.Parse("twopath-"+c.Name+".yaml", []byte(c.scenario()))
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %w", c.Name, err)
 		}
 		got := map[string][]float64{}
 		for r := 0; r < max(c.Repeats, 1); r++ {
-			progress(fmt.Sprintf("twopath %s (%s), run %d of %d", c.Name, c.About, r+1, max(c.Repeats, 1)))
+			progress(fmt.Sprintf("%s: case %d of %d, %s (%s), transfer %d of %d", command, i+1, len(cases), c.Name, c.About, r+1, max(c.Repeats, 1)))
 			run, err := runner.Run(ctx, s, runner.Options{Out: filepath.Join(out, c.Name, fmt.Sprint(r+1)), Binary: binary,
 				Name: fmt.Sprintf("twopath-%d", r), Progress: io.Discard})
 			if err != nil {
@@ -112,8 +143,8 @@ func TwoPath(ctx context.Context, binary, out string, progress func(string)) (*T
 		if tr.MPTCPHelps && (res.WorstRatio == 0 || tr.RatioToMPTCP < res.WorstRatio) {
 			res.WorstRatio = tr.RatioToMPTCP
 		}
-		progress(fmt.Sprintf("twopath %s: tcp %.1f, mptcp %.1f, dynthresh %.1f Mbit/s (%.1f%% of mptcp)",
-			c.Name, tr.TCPMbit, tr.MPTCPMbit, tr.DynThreshMbit, 100*tr.RatioToMPTCP))
+		progress(fmt.Sprintf("%s %s: tcp %.1f, mptcp %.1f, dynthresh %.1f Mbit/s (%.1f%% of mptcp)",
+			command, c.Name, tr.TCPMbit, tr.MPTCPMbit, tr.DynThreshMbit, 100*tr.RatioToMPTCP))
 		res.Cases = append(res.Cases, tr)
 	}
 	return res, nil
