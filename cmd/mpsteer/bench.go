@@ -59,7 +59,7 @@ var benchmarks = []benchmark{
 		}
 		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath"), "mpsteer bench twopath", bench.TwoPathCases, progress)
 	}},
-	{"twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 to 25 ms (30 cases, lab runs, ~9 min)", func(ctx context.Context, out string) (any, error) {
+	{"twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 and 25 ms (24 cases, lab runs, ~12 min)", func(ctx context.Context, out string) (any, error) {
 		bin, err := os.Executable()
 		if err != nil {
 			return nil, err

@@ -21,21 +21,21 @@ type TwoPathCase struct {
 	Duration       string // a long transfer of this length
 	Repeats        int    // runs; the median counts
 	About          string
-	// TCPBest: the tcp variant is TCP over the better of the two paths in
-	// each run (where neither is better both ways); else over a.
-	TCPBest bool
+	// TCPPath: the path the tcp variant runs over, the better one (a when
+	// empty).
+	TCPPath string
 }
 
 // TwoPathCases are the cases `mpsteer bench twopath` runs: equal and
 // unequal rates, equal and unequal delays, long transfers and 8 MiB ones.
 var TwoPathCases = []TwoPathCase{
-	{"equal-long", "100mbit", "100mbit", "10ms", "10ms", "", "10s", 1, "equal paths, 10 s", false},
-	{"rates-long", "100mbit", "30mbit", "10ms", "10ms", "", "10s", 1, "100 and 30 Mbit/s, equal delays, 10 s", false},
-	{"delays-long", "100mbit", "100mbit", "5ms", "25ms", "", "10s", 1, "equal rates, 5 and 25 ms, 10 s", false},
-	{"both-long", "100mbit", "40mbit", "5ms", "25ms", "", "10s", 1, "100 and 40 Mbit/s, 5 and 25 ms, 10 s", false},
-	{"equal-8mib", "100mbit", "100mbit", "10ms", "10ms", "8MiB", "", 5, "equal paths, 8 MiB", false},
-	{"rates-8mib", "100mbit", "30mbit", "10ms", "10ms", "8MiB", "", 5, "100 and 30 Mbit/s, equal delays, 8 MiB", false},
-	{"delays-8mib", "100mbit", "100mbit", "5ms", "25ms", "8MiB", "", 5, "equal rates, 5 and 25 ms, 8 MiB", false},
+	{"equal-long", "100mbit", "100mbit", "10ms", "10ms", "", "10s", 1, "equal paths, 10 s", ""},
+	{"rates-long", "100mbit", "30mbit", "10ms", "10ms", "", "10s", 1, "100 and 30 Mbit/s, equal delays, 10 s", ""},
+	{"delays-long", "100mbit", "100mbit", "5ms", "25ms", "", "10s", 1, "equal rates, 5 and 25 ms, 10 s", ""},
+	{"both-long", "100mbit", "40mbit", "5ms", "25ms", "", "10s", 1, "100 and 40 Mbit/s, 5 and 25 ms, 10 s", ""},
+	{"equal-8mib", "100mbit", "100mbit", "10ms", "10ms", "8MiB", "", 5, "equal paths, 8 MiB", ""},
+	{"rates-8mib", "100mbit", "30mbit", "10ms", "10ms", "8MiB", "", 5, "100 and 30 Mbit/s, equal delays, 8 MiB", ""},
+	{"delays-8mib", "100mbit", "100mbit", "5ms", "25ms", "8MiB", "", 5, "equal rates, 5 and 25 ms, 8 MiB", ""},
 }
 
 // ShortTwoPathCases are the cases `mpsteer bench twopath-short` runs
@@ -43,17 +43,22 @@ var TwoPathCases = []TwoPathCase{
 // 5/15 Mbit/s, with one-way delays of 0 to 25 ms: where joining as backup
 // and a far path's wait for its trial cost most, against default MPTCP,
 // which uses both paths from their handshakes. One transfer per case and
-// run; the runs give the interval.
+// run; the runs give the interval. TCP runs over the better path: the
+// faster one, or at equal rates the nearer one.
 func ShortTwoPathCases() []TwoPathCase {
 	var cases []TwoPathCase
 	for _, r := range [][2]int{{10, 10}, {15, 5}, {5, 15}} {
-		for _, d := range [][2]int{{0, 0}, {0, 10}, {0, 25}, {25, 0}, {25, 25}} {
+		for _, d := range [][2]int{{0, 0}, {0, 25}, {25, 0}, {25, 25}} {
+			tcp := "a"
+			if r[1] > r[0] || (r[1] == r[0] && d[1] < d[0]) {
+				tcp = "b"
+			}
 			for _, mib := range []int{8, 16} {
 				cases = append(cases, TwoPathCase{
 					Name:  fmt.Sprintf("r%d-%d-d%d-%d-%dmib", r[0], r[1], d[0], d[1], mib),
 					RateA: fmt.Sprintf("%dmbit", r[0]), RateB: fmt.Sprintf("%dmbit", r[1]),
 					DelayA: fmt.Sprintf("%dms", d[0]), DelayB: fmt.Sprintf("%dms", d[1]),
-					Size: fmt.Sprintf("%dMiB", mib), Repeats: 1, TCPBest: true,
+					Size: fmt.Sprintf("%dMiB", mib), Repeats: 1, TCPPath: tcp,
 					About: fmt.Sprintf("%d and %d Mbit/s, %d and %d ms one way, %d MiB", r[0], r[1], d[0], d[1], mib),
 				})
 			}
@@ -91,9 +96,9 @@ func (c TwoPathCase) scenario() string {
 	if c.Size != "" {
 		traffic = fmt.Sprintf("{type: bulk, size: %s, duration: 20s}", c.Size)
 	}
-	tcp := "{name: tcp, kind: tcp, path: a}"
-	if c.TCPBest {
-		tcp = "{name: tcp, kind: tcp, path: best, among: [a, b]}"
+	tcp := c.TCPPath
+	if tcp == "" {
+		tcp = "a"
 	}
 	return fmt.Sprintf(`name: twopath-%s
 description: "dynthresh against default MPTCP: %s"
@@ -103,7 +108,7 @@ paths:
 traffic:
   - %s
 variants:
-  - %s
+  - {name: tcp, kind: tcp, path: %s}
   - {name: mptcp, kind: mptcp}
   - name: mptcp+dynthresh
     kind: mptcp
