@@ -99,8 +99,10 @@ type ShaperConfig struct {
 	// paths in use is near: it enters at once; farther ones wait for a
 	// trial.
 	EntryFactor float64 `yaml:"entry_factor" min:"1" max:"1000"`
-	// NearerFactor: a joiner this many times nearer (base RTT) than a main
-	// path still warming up waits for the warm-up to end (0: never waits).
+	// NearerFactor: a joiner this many times nearer (base RTT, see
+	// entryRTT) than a main path still warming up waits for the warm-up to
+	// end (0: never waits). As EntryFactor by default: a joiner is near
+	// within that factor either way.
 	NearerFactor float64 `yaml:"nearer_factor" min:"0" max:"1000"`
 	// SlowShare: a near joiner that carries less than this share of the
 	// main path's bytes in its entry period goes aside.
@@ -141,7 +143,7 @@ func (p *shaper) requirements() Requirements {
 
 func newShaper() shaper {
 	return shaper{ShaperConfig: ShaperConfig{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true,
-		SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 4, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
+		SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 6, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
 		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 

@@ -64,8 +64,8 @@ func TestShaperGolden(t *testing.T) {
 	runs := []run{
 		{name: "near equal", src: "name: ecf", wnd: 8 << 20, rounds: 60, paths: []pathSim{{a1, 400e6, 4 * ms, 0}, {a2, 400e6, 4 * ms, 0}}},
 		{name: "near slow", src: "name: ecf", wnd: 8 << 20, rounds: 400, paths: []pathSim{{a1, 400e6, 4 * ms, 0}, {a2, 4e6, 4 * ms, 0}}},
-		{name: "far joiner helps", src: "name: ecf", wnd: 64 << 20, rounds: 100, paths: []pathSim{{a1, 400e6, 4 * ms, 0}, {a2, 400e6, 40 * ms, 0}}},
-		{name: "far harmful", src: "name: ecf", wnd: 8 << 20, rounds: 400, paths: []pathSim{{a1, 400e6, 4 * ms, 0}, {a2, 4e6, 40 * ms, 0.5}}},
+		{name: "far joiner helps", src: "name: ecf", wnd: 64 << 20, rounds: 100, paths: []pathSim{{a1, 400e6, 4 * ms, 0}, {a2, 400e6, 80 * ms, 0}}},
+		{name: "far harmful", src: "name: ecf", wnd: 8 << 20, rounds: 400, paths: []pathSim{{a1, 400e6, 4 * ms, 0}, {a2, 4e6, 80 * ms, 0.5}}},
 		{name: "turns harmful", src: "name: dynthresh", wnd: 8 << 20, rounds: 200, paths: []pathSim{{a1, 400e6, 4 * ms, 0}, {a2, 400e6, 4 * ms, 0}},
 			change: func(r int, s *shapeSim) {
 				if r == 40 {

@@ -27,7 +27,7 @@ func (s *shapeSub) startEntry(now time.Time, sf, main observe.Subflow) {
 // flooredRTT is an RTT for comparing paths: under a millisecond, what
 // a path lags another by cannot hold anything up that matters (two veths
 // in one host differ 15×, at 1 and 15 µs).
-func flooredRTT(rtt time.Duration) time.Duration { return max(rtt, time.Millisecond) }
+func flooredRTT(rtt time.Duration) time.Duration { return max(rtt, 10*time.Millisecond) }
 
 // entryPeriod is how long a near joiner carries before it is judged: 6
 // of its RTTs (slow start needs about that to reach tens of Mbit/s from
@@ -36,8 +36,18 @@ func entryPeriod(sf observe.Subflow) time.Duration {
 	return max(300*time.Millisecond, 6*baseRTT(sf))
 }
 
+// entryRTT is an RTT for telling near joiners from far ones: under 10 ms
+// what a path's data wait in its own queue is of the same order as its
+// RTT (BBR keeps at least 4 packets in flight, most often 10: a path of
+// no delay at 10 Mbit/s ran at 12 ms), so ratios of such RTTs say nothing
+// about what a joiner's data lag behind (bench twopath-short: beside a
+// path of no delay, joiners at 20 and 50 ms were far, waited 2 s for a
+// trial and failed it, and dynthresh delivered 56-64% of default MPTCP).
+func entryRTT(rtt time.Duration) time.Duration { return max(rtt, 10*time.Millisecond) }
+
 // nearJoin tells whether a joining subflow is as near as the paths in
-// use: its RTT (from its handshake) within EntryFactor of theirs.
+// use: its RTT (from its handshake) within EntryFactor of theirs (see
+// entryRTT).
 func (p *shaper) nearJoin(st *shapeConn, c *Conn, sf observe.Subflow) bool {
 	rtt := baseRTT(sf)
 	if rtt <= 0 {
@@ -51,7 +61,7 @@ func (p *shaper) nearJoin(st *shapeConn, c *Conn, sf observe.Subflow) bool {
 			}
 		}
 	}
-	return best > 0 && float64(flooredRTT(rtt)) <= p.EntryFactor*float64(flooredRTT(best))
+	return best > 0 && float64(entryRTT(rtt)) <= p.EntryFactor*float64(entryRTT(best))
 }
 
 // far tells whether a subflow's base RTT is SlowFactor× the main path's:

@@ -200,7 +200,7 @@ func (p *shaper) placeJoiners(r *shapeRound) {
 					continue
 				}
 			}
-			if r.warming && p.NearerFactor > 0 && float64(flooredRTT(baseRTT(sf)))*p.NearerFactor < float64(baseRTT(main)) {
+			if r.warming && p.NearerFactor > 0 && float64(entryRTT(baseRTT(sf)))*p.NearerFactor < float64(baseRTT(main)) {
 				s.why = fmt.Sprintf("joined %s, far nearer than the main path's %s while it warms up: enters after",
 					fmtMs(baseRTT(sf)), fmtMs(baseRTT(main)))
 				continue

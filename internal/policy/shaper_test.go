@@ -158,8 +158,9 @@ func TestShaperSetsAsideANearSlowJoinerAfterItsEntry(t *testing.T) {
 }
 
 func TestShaperTriesAFarJoinerBeforeItCarries(t *testing.T) {
-	// Far (40 ms against 4 ms): aside until its trial, which passes.
-	s := newShapeSim(t, NewECF(), 64<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 400e6, 40 * ms, 0})
+	// Far (80 ms against 4 ms, more than 6× 10 ms: see entryRTT): aside
+	// until its trial, which passes.
+	s := newShapeSim(t, NewECF(), 64<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 400e6, 80 * ms, 0})
 	s.run(1)
 	if !s.backups[s.id(1)].Backup {
 		t.Fatalf("a far joiner carries traffic before its trial: %+v", s.backups[s.id(1)])
@@ -173,7 +174,7 @@ func TestShaperTriesAFarJoinerBeforeItCarries(t *testing.T) {
 func TestShaperKeepsAHarmfulPathAsideAndRetriesLessOften(t *testing.T) {
 	// While the far 4 Mbit/s path carries anything, the connection delivers
 	// half of what the main path carries.
-	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 4e6, 40 * ms, 0.5})
+	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 400e6, 4 * ms, 0}, pathSim{a2, 4e6, 80 * ms, 0.5})
 	s.run(300) // 30 s
 	if b := s.backups[s.id(1)]; !b.Backup || !strings.Contains(b.Reason, "failed its trial") {
 		t.Fatalf("after 30 s: %+v, want aside after a failed trial", b)
@@ -300,6 +301,30 @@ func TestShaperFarNearerJoinerWaitsForTheMainPathsWarmUp(t *testing.T) {
 	s.run(20)
 	if n := s.trials[s.id(1)]; n != 1 {
 		t.Fatalf("after 5 s: entered %d times, want once (its entry, after the warm-up)", n)
+	}
+}
+
+func TestShaperTellsNearFromFarAbove10ms(t *testing.T) {
+	// Beside a path of no delay (its RTT 100 µs), a joiner at 50 ms is
+	// near (under 6× 10 ms: below 10 ms a path's own queue is of the order
+	// of its RTT) and carries at once; one at 70 ms is far and waits for
+	// its trial. Under dynthresh as under ecf.
+	for _, src := range []string{"name: ecf", "name: dynthresh"} {
+		for rtt, near := range map[time.Duration]bool{50 * ms: true, 70 * ms: false} {
+			s := newShapeSim(t, mustBuild(t, src, Env{}), 8<<20, pathSim{a1, 10e6, 100 * time.Microsecond, 0}, pathSim{a2, 10e6, rtt, 0})
+			s.run(12)
+			if b := s.backups[s.id(1)]; b.Backup == near {
+				t.Fatalf("%q, a %v joiner beside a 100 µs path after 1.2 s: backup %v (%s), want near %v", src, rtt, b.Backup, b.Reason, near)
+			}
+		}
+	}
+	// A joiner of no delay beside a 50 ms path still warming up is not
+	// far nearer (under 6× 10 ms): it carries at once; beside 400 ms it
+	// waits (TestShaperFarNearerJoinerWaitsForTheMainPathsWarmUp).
+	s := newShapeSim(t, NewECF(), 8<<20, pathSim{a1, 10e6, 50 * ms, 0}, pathSim{a2, 10e6, 100 * time.Microsecond, 0})
+	s.run(2)
+	if b := s.backups[s.id(1)]; b.Backup {
+		t.Fatalf("a 100 µs joiner beside a warming 50 ms path: backup (%s), want it carrying", b.Reason)
 	}
 }
 
