@@ -27,7 +27,7 @@ func (s *shapeSub) startEntry(now time.Time, sf, main observe.Subflow) {
 // flooredRTT is an RTT for comparing paths: under a millisecond, what
 // a path lags another by cannot hold anything up that matters (two veths
 // in one host differ 15×, at 1 and 15 µs).
-func flooredRTT(rtt time.Duration) time.Duration { return max(rtt, 10*time.Millisecond) }
+func flooredRTT(rtt time.Duration) time.Duration { return max(rtt, time.Millisecond) }
 
 // entryPeriod is how long a near joiner carries before it is judged: 6
 // of its RTTs (slow start needs about that to reach tens of Mbit/s from

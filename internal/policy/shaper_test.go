@@ -642,3 +642,18 @@ func TestShaperKeepsANearJoinerUnderSlowShareThatAddsInTime(t *testing.T) {
 		t.Fatalf("256 KiB window after its entry: backup %v (%s), want aside at its share (20%%)", b.Backup, b.Reason)
 	}
 }
+
+func TestShaperFarIsJudgedFromAMillisecond(t *testing.T) {
+	// Far (what it carries is capped to what arrives in time, and the
+	// main path may wait on it) compares base RTTs floored at 1 ms, not
+	// at entryRTT's 10 ms: 5 ms beside 2 ms is far, 1.2 ms beside 1 ms
+	// is not.
+	p := newShaper()
+	sf := func(rtt time.Duration) observe.Subflow { return observe.Subflow{SRTT: rtt, MinRTT: rtt} }
+	if !p.far(sf(5*ms), sf(2*ms)) {
+		t.Fatalf("5 ms beside a 2 ms main path: not far")
+	}
+	if p.far(sf(1200*time.Microsecond), sf(time.Millisecond)) {
+		t.Fatalf("1.2 ms beside a 1 ms main path: far")
+	}
+}
