@@ -42,7 +42,9 @@ func entryPeriod(sf observe.Subflow) time.Duration {
 // no delay at 10 Mbit/s ran at 12 ms), so ratios of such RTTs say nothing
 // about what a joiner's data lag behind (bench twopath-short: beside a
 // path of no delay, joiners at 20 and 50 ms were far, waited 2 s for a
-// trial and failed it, and dynthresh delivered 56-64% of default MPTCP).
+// trial and failed it, and dynthresh delivered a third to two thirds of
+// default MPTCP's rate; results.md, twopath-short). Not for far (see
+// flooredRTT): caps and the waited-on rule still see a few ms apart.
 func entryRTT(rtt time.Duration) time.Duration { return max(rtt, 10*time.Millisecond) }
 
 // nearJoin tells whether a joining subflow is as near as the paths in
