@@ -31,51 +31,39 @@ var benchmarks = []benchmark{
 	{"observe", "cost of one sample of every subflow, inet_diag and the BPF iterator side by side, at 10, 1000 and 10000 subflows", func(ctx context.Context, _ string) (any, error) {
 		return bench.Observe(ctx, []int{10, 1000, 10000}, progress)
 	}},
-	{"reaction", "daemon reaction: subflow established → backup flag applied", func(ctx context.Context, _ string) (any, error) {
-		bin, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
+	{"reaction", "daemon reaction: subflow established → backup flag applied", withSelf(func(ctx context.Context, bin, _ string) (any, error) {
 		return bench.Reaction(ctx, bin, 200, progress)
-	}},
-	{"datapath", "chains: ns per packet per selector/actor, goodput and CPU on a transfer, chain add → first packet", func(ctx context.Context, _ string) (any, error) {
-		bin, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
+	})},
+	{"datapath", "chains: ns per packet per selector/actor, goodput and CPU on a transfer, chain add → first packet", withSelf(func(ctx context.Context, bin, _ string) (any, error) {
 		return bench.Datapath(ctx, bin, progress)
-	}},
-	{"overhead", "chains' time as a share of transmission time, 1 to 10 000 concurrent MPTCP flows, by chain length and selection granularity (eMPTCP Figs. 5b and 5c; ~10 min; plots beside the JSON)", func(ctx context.Context, out string) (any, error) {
-		bin, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
+	})},
+	{"overhead", "chains' time as a share of transmission time, 1 to 10 000 concurrent MPTCP flows, by chain length and selection granularity (eMPTCP Figs. 5b and 5c; ~10 min; plots beside the JSON)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.Overhead(ctx, bench.OverheadOptions{Out: out, Binary: bin}, progress)
-	}},
-	{"twopath", "dynthresh against default MPTCP in two-path cases where both paths help (lab runs, ~5 min)", func(ctx context.Context, out string) (any, error) {
-		bin, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
+	})},
+	{"twopath", "dynthresh against default MPTCP in two-path cases where both paths help (lab runs, ~5 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath"), "mpsteer bench twopath", bench.TwoPathCases, progress)
-	}},
-	{"twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 and 25 ms (24 cases, lab runs, ~12 min)", func(ctx context.Context, out string) (any, error) {
-		bin, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
+	})},
+	{"twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 and 25 ms (24 cases, lab runs, ~8 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short"), "mpsteer bench twopath-short", bench.ShortTwoPathCases(), progress)
-	}},
-	{"rate", "each way of holding a subflow to a rate (pacing, rwnd, cc) on one upload: accuracy, settling after a cut, queueing, lift (lab runs, ~1 min)", func(ctx context.Context, out string) (any, error) {
-		bin, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
+	})},
+	{"rate", "each way of holding a subflow to a rate (pacing, rwnd, cc) on one upload: accuracy, settling after a cut, queueing, lift (lab runs, ~1 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.Rate(ctx, bin, filepath.Join(out, "rate"), progress)
-	}},
+	})},
 }
 
 func progress(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
+
+// withSelf is a benchmark run that starts this binary again (the daemon,
+// the lab's emulator): it is handed the path of the running executable.
+func withSelf(run func(ctx context.Context, bin, out string) (any, error)) func(ctx context.Context, out string) (any, error) {
+	return func(ctx context.Context, out string) (any, error) {
+		bin, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return run(ctx, bin, out)
+	}
+}
 
 func init() { extraCommands = append(extraCommands, benchCmd, benchSinkCmd) }
 

@@ -14,8 +14,9 @@ func TestTwoPathCasesAreValidScenarios(t *testing.T) {
 	if len(short) != 24 {
 		t.Fatalf("%d short cases, want 24 (3 rate pairs × 4 delay pairs × 2 sizes)", len(short))
 	}
+	all := append(append([]TwoPathCase{}, TwoPathCases...), short...)
 	names := map[string]bool{}
-	for _, c := range append(append([]TwoPathCase{}, TwoPathCases...), short...) {
+	for _, c := range all {
 		if names[c.Name] {
 			t.Fatalf("case %s twice", c.Name)
 		}
@@ -31,7 +32,7 @@ func TestTwoPathCasesAreValidScenarios(t *testing.T) {
 	// TCP over the better path: the faster, at equal rates the nearer.
 	for name, want := range map[string]string{"r10-10-d0-25-8mib": "a", "r10-10-d25-0-8mib": "b", "r15-5-d25-0-16mib": "a", "r5-15-d0-25-8mib": "b", "equal-8mib": "a"} {
 		var got string
-		for _, c := range append(append([]TwoPathCase{}, TwoPathCases...), short...) {
+		for _, c := range all {
 			if c.Name == name && strings.Contains(c.scenario(), "{name: tcp, kind: tcp, path: "+want+"}") {
 				got = want
 			}
