@@ -50,24 +50,42 @@ const (
 	maxReopenPeriod   = 4 * time.Second
 )
 
-// reopenPeriod is how often the endpoint is re-added: once the probe's
-// SYN has been sent and retransmitted at its linear pace (the first SYN
-// and tcp_syn_linear_timeouts+1 retransmissions, one ProbeInterval apart,
-// before the timeout doubles), so that the next SYN is the next probe's;
-// and not before the answer to the probe's last SYN at that pace could be
-// back (rtt, the path's round trip: a re-add closes the probe, and a
-// SYN/ACK on its way would find it gone). probing is how long the
-// address has been probed.
+// reopenMargin: a re-add waits this much past the moment the answer to
+// the probe's last SYN could be back. The daemon's rounds come up to about
+// 15 ms off the moment they are due (re-adds due every 280 ms came 270 to
+// 296 ms apart on the paper's 40 ms paths), and a re-add that beats a
+// SYN/ACK closes the probe that SYN/ACK answers: the path, back, waits for
+// the next probe's SYN and two more round trips.
+const reopenMargin = 20 * time.Millisecond
+
+// reopenPeriod is how often the endpoint is re-added. The probe's SYNs
+// leave at 0, ProbeInterval, ..., (tcp_syn_linear_timeouts+1) ×
+// ProbeInterval (the first SYN and tcp_syn_linear_timeouts+1
+// retransmissions at the linear pace); then the timeout doubles, so the
+// next SYNs are 2, 4, 8 ... intervals apart. The re-add comes once those at
+// the linear pace are spent (a SYN every ProbeInterval while the path is
+// silent), and not before the answer to the probe's last SYN could be back
+// (rtt, the path's round trip, and reopenMargin: a re-add closes the probe,
+// and a SYN/ACK on its way would find it gone) — nor after the next SYN
+// leaves, whose answer the re-add would then close: on a path whose round
+// trip is longer than the gap after the last SYN at the linear pace, the
+// re-add waits for the answer to the first SYN after it, or the next.
+// probing is how long the address has been probed.
 func (p *Prefer) reopenPeriod(probing, rtt time.Duration) time.Duration {
 	linear := 4
 	if p.env.SynLinearKnown {
 		linear = p.env.SynLinearTimeouts
 	}
-	period := max(time.Duration(linear+2)*p.ProbeInterval, time.Duration(linear+1)*p.ProbeInterval+rtt)
+	last, gap := time.Duration(linear+1)*p.ProbeInterval, 2*p.ProbeInterval
+	for rtt+reopenMargin > gap {
+		last, gap = last+gap, 2*gap
+	}
+	base := max(time.Duration(linear+2)*p.ProbeInterval, last+rtt+reopenMargin)
+	period := base
 	for t := reopenSteadyAfter; probing > t && period < maxReopenPeriod; t += period {
 		period *= 2
 	}
-	return min(period, max(maxReopenPeriod, time.Duration(linear+2)*p.ProbeInterval+rtt))
+	return min(period, max(maxReopenPeriod, base))
 }
 
 // reopen wants fresh subflows from the preferred addresses of a client

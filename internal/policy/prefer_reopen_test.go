@@ -186,9 +186,16 @@ func TestPreferReopenPeriod(t *testing.T) {
 		{Env{SynLinearKnown: true, SynLinearTimeouts: 4}, 5 * time.Second, 0, 240 * ms},
 		{Env{SynLinearKnown: true, SynLinearTimeouts: 0}, 0, 0, 80 * ms}, // before 6.5: every SYN timeout doubles
 		{Env{SynLinearKnown: true, SynLinearTimeouts: 8}, 0, 0, 400 * ms},
-		// A far path: the answer to the last SYN at the linear pace is
-		// awaited (200 ms + its 80 ms round trip).
-		{Env{}, 0, 80 * ms, 280 * ms},
+		// A path of 40 ms round trip: the answer to the last SYN at the
+		// linear pace is awaited (200 ms + 40 ms + the 20 ms margin).
+		{Env{}, 0, 40 * ms, 260 * ms},
+		// The paper's 80 ms round trip: the answer to the SYN at 200 ms
+		// could come after the next leaves (280 ms), so the re-add waits
+		// for the answer to that one (280 + 80 + 20 ms).
+		{Env{}, 0, 80 * ms, 380 * ms},
+		{Env{}, 0, 60 * ms, 280 * ms},
+		{Env{}, 0, 61 * ms, 361 * ms},
+		{Env{}, 0, 400 * ms, 200*ms + 80*ms + 160*ms + 320*ms + 400*ms + 20*ms},
 		{Env{}, 10*time.Second + ms, 0, 480 * ms},
 		{Env{}, 10*time.Second + 480*ms + ms, 0, 960 * ms},
 		{Env{}, time.Hour, 0, 4 * time.Second},

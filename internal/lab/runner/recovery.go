@@ -27,8 +27,13 @@ const (
 // shareAfter is the share of the bytes acknowledged on all paths between
 // from and to (times into the transfer) that path carried, from the
 // sender's subflows in the samples (a subflow's bytes acknowledged grow
-// between samples; one that appears counts from zero). ok is false when
-// nothing was acknowledged in the window.
+// between samples; one that appears counts from zero). What a subflow
+// acknowledged between two samples counts by the part of that interval
+// inside the window (as if acknowledged evenly over it): the samples are
+// 100 ms apart, and counting a whole interval that only ends inside the
+// window would add up to 100 ms from before it (right after a link-up:
+// the other path's bytes, at its full rate). ok is false when nothing
+// was acknowledged in the window.
 func shareAfter(samples []recorder.Sample, pmap report.PathMapper, upload bool, path string, from, to time.Duration) (share float64, ok bool) {
 	type key struct {
 		token         uint32
@@ -44,17 +49,24 @@ func shareAfter(samples []recorder.Sample, pmap report.PathMapper, upload bool, 
 	prev := map[key]uint64{}
 	for i, s := range samples {
 		cur := map[key]uint64{}
+		inside := 0.0 // the part of the interval since the last sample inside the window
+		if i > 0 && s.T > samples[i-1].T {
+			lo, hi := max(samples[i-1].T, from), min(s.T, to)
+			if hi > lo {
+				inside = float64(hi-lo) / float64(s.T-samples[i-1].T)
+			}
+		}
 		for _, sf := range side(s) {
 			k := key{sf.Token, sf.Local, sf.Remote}
 			cur[k] = sf.BytesAcked
-			if i == 0 || s.T <= from || s.T > to {
+			if inside == 0 {
 				continue
 			}
 			p := pmap.Of(host, sf)
 			if p == "?" || sf.BytesAcked < prev[k] {
 				continue
 			}
-			d := float64(sf.BytesAcked - prev[k])
+			d := float64(sf.BytesAcked-prev[k]) * inside
 			all += d
 			if p == path {
 				on += d

@@ -47,6 +47,19 @@ func TestShareAfter(t *testing.T) {
 	if _, ok := shareAfter(s, pmap, true, "wifi", 5*time.Second, 6*time.Second); ok {
 		t.Fatal("a share without samples")
 	}
+	// A window that starts 1 ms before the sample at 900 ms: the interval
+	// from 800 ms (cell only) counts by its hundredth inside the window,
+	// not whole (whole, wifi's share would be 900/2000).
+	share, ok = shareAfter(s, pmap, true, "wifi", 899*ms, 1000*ms)
+	if want := 900 / (0.01*1000 + 1000); !ok || share < want-0.001 || share > want+0.001 {
+		t.Fatalf("wifi share from 999 ms: %v (%v), want %.4f", share, ok, want)
+	}
+	// A window that ends halfway between samples counts half the last
+	// interval: wifi's share is still 0.9, from 1.25 s to 1.75 s.
+	share, ok = shareAfter(s, pmap, true, "wifi", 1250*ms, 1750*ms)
+	if !ok || share < 0.899 || share > 0.901 {
+		t.Fatalf("wifi share 1.25-1.75 s: %v (%v), want 0.9", share, ok)
+	}
 }
 
 // The return to the scenario's preferred path: from its first link-up to
