@@ -77,7 +77,7 @@ func (p *Prefer) reopenPeriod(probing, rtt time.Duration) time.Duration {
 		linear = p.env.SynLinearTimeouts
 	}
 	last, gap := time.Duration(linear+1)*p.ProbeInterval, 2*p.ProbeInterval
-	for rtt+reopenMargin > gap {
+	for gap > 0 && rtt+reopenMargin > gap { // gap 0: probing is off (probe_interval 0s)
 		last, gap = last+gap, 2*gap
 	}
 	base := max(time.Duration(linear+2)*p.ProbeInterval, last+rtt+reopenMargin)

@@ -205,4 +205,11 @@ func TestPreferReopenPeriod(t *testing.T) {
 			t.Errorf("linear %d (known %v), probing %v, rtt %v: period %v, want %v", c.env.SynLinearTimeouts, c.env.SynLinearKnown, c.probing, c.rtt, got, c.want)
 		}
 	}
+	// probe_interval 0s (probing off: nothing asks for a period) still
+	// gives one, and at once.
+	p := NewPrefer(Env{PathManager: KernelPM})
+	p.ProbeInterval = 0
+	if got := p.reopenPeriod(0, 80*ms); got != 100*ms {
+		t.Errorf("probe_interval 0s: period %v, want 100ms", got)
+	}
 }

@@ -52,7 +52,7 @@ func TestShareAfter(t *testing.T) {
 	// not whole (whole, wifi's share would be 900/2000).
 	share, ok = shareAfter(s, pmap, true, "wifi", 899*ms, 1000*ms)
 	if want := 900 / (0.01*1000 + 1000); !ok || share < want-0.001 || share > want+0.001 {
-		t.Fatalf("wifi share from 999 ms: %v (%v), want %.4f", share, ok, want)
+		t.Fatalf("wifi share from 899 ms: %v (%v), want %.4f", share, ok, want)
 	}
 	// A window that ends halfway between samples counts half the last
 	// interval: wifi's share is still 0.9, from 1.25 s to 1.75 s.
