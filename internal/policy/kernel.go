@@ -62,11 +62,13 @@ func (p *StaticLimit) KernelUses() KernelUses { return KernelUses{RateCaps: true
 
 // KernelUses: dynthresh caps rates in its shaped mode, with in_time_caps.
 func (d *DynThresh) KernelUses() KernelUses {
-	return KernelUses{RateCaps: d.Mode == dtShaped && d.sh.InTimeCaps}
+	return KernelUses{RateCaps: d.Mode == dtShaped && (d.sh.InTimeCaps || d.sh.StartupGuard)}
 }
 
 // KernelUses: ecf caps rates with in_time_caps.
-func (p *ECF) KernelUses() KernelUses { return KernelUses{RateCaps: p.sh.InTimeCaps} }
+func (p *ECF) KernelUses() KernelUses {
+	return KernelUses{RateCaps: p.sh.InTimeCaps || p.sh.StartupGuard}
+}
 
 // KernelUses: ramptcp reads the peer's reports, unless it watches its own
 // sending alone.

@@ -124,6 +124,10 @@ type ShaperConfig struct {
 	// InTimeGate: a far path is kept out where the in-time model says it
 	// cannot help (see shaper: "no room", "unfit").
 	InTimeGate bool `yaml:"in_time_gate"`
+	// StartupGuard: while a subflow is young, the others of its connection
+	// may not pace far above what they deliver into a queue of their own
+	// (shaper_guard.go).
+	StartupGuard bool `yaml:"startup_guard"`
 	// ProbeRTTPause: the safety net pauses while the main path runs BBR's
 	// ProbeRTT (its window at 4 segments) and for a second and an RTT
 	// after: the dip is the main path's own, not what another path holds up.
@@ -138,13 +142,13 @@ type ShaperConfig struct {
 }
 
 func (p *shaper) requirements() Requirements {
-	return Requirements{Limits: p.InTimeCaps, NotSentLowat: int(p.NotSentLowat), JoinBackup: p.JoinBackup}
+	return Requirements{Limits: p.InTimeCaps || p.StartupGuard, NotSentLowat: int(p.NotSentLowat), JoinBackup: p.JoinBackup}
 }
 
 func newShaper() shaper {
 	return shaper{ShaperConfig: ShaperConfig{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true,
 		SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 6, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
-		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
+		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true, StartupGuard: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 
 type shapeConn struct {
@@ -213,6 +217,11 @@ type shapeSub struct {
 	gateWnd  uint64
 	gateMain float64
 	gateHeld bool
+	// The startup guard (shaper_guard.go): since when it may carry (zero
+	// while aside), and the most it delivered while the guard held it
+	// (bytes/s; 0: not held).
+	carryFrom time.Time
+	guard     float64
 }
 
 // ShapeSubflowStatus is one subflow's numbers and state.

@@ -425,8 +425,8 @@ func (p *shaper) judgeOrStartTrial(r *shapeRound) {
 }
 
 // decisions says what each subflow may carry: its backup flag and, on a
-// far path that is not aside, the in-time cap (see inTimeRate); and its
-// status.
+// far path that is not aside, the in-time cap (see inTimeRate), or the
+// startup guard's where that is lower (shaper_guard.go); and its status.
 func (p *shaper) decisions(r *shapeRound) ([]Action, []ShapeSubflowStatus) {
 	var out []Action
 	var status []ShapeSubflowStatus
@@ -441,9 +441,13 @@ func (p *shaper) decisions(r *shapeRound) ([]Action, []ShapeSubflowStatus) {
 			rate = p.inTimeCap(r, sf, s)
 		}
 		p.gate(r, sf, s)
-		ss.State, ss.Cap, ss.Why, ss.WaitedPct = s.state, RateText(rate), s.why, 100*s.held.mean()
+		why := s.why
+		if g, gwhy := p.startupGuard(r, sf, s); g > 0 && (rate == 0 || g < rate) {
+			rate, why = g, why+"; "+gwhy
+		}
+		ss.State, ss.Cap, ss.Why, ss.WaitedPct = s.state, RateText(rate), why, 100*s.held.mean()
 		out = append(out, Action{Kind: Backup, Token: r.c.Token, Subflow: id, Backup: s.state == shAside, Reason: s.why},
-			Action{Kind: Limit, Token: r.c.Token, Subflow: id, Rate: rate, Reason: s.why})
+			Action{Kind: Limit, Token: r.c.Token, Subflow: id, Rate: rate, Reason: why})
 		status = append(status, ss)
 	}
 	return out, status
