@@ -60,12 +60,13 @@ func (p *Incremental) KernelUses() KernelUses { return KernelUses{OpensSubflows:
 // KernelUses: limit caps rates.
 func (p *StaticLimit) KernelUses() KernelUses { return KernelUses{RateCaps: true} }
 
-// KernelUses: dynthresh caps rates in its shaped mode, with in_time_caps.
+// KernelUses: dynthresh caps rates in its shaped mode, with in_time_caps or
+// startup_guard.
 func (d *DynThresh) KernelUses() KernelUses {
 	return KernelUses{RateCaps: d.Mode == dtShaped && (d.sh.InTimeCaps || d.sh.StartupGuard)}
 }
 
-// KernelUses: ecf caps rates with in_time_caps.
+// KernelUses: ecf caps rates with in_time_caps or startup_guard.
 func (p *ECF) KernelUses() KernelUses {
 	return KernelUses{RateCaps: p.sh.InTimeCaps || p.sh.StartupGuard}
 }
