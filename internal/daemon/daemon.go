@@ -354,11 +354,12 @@ func netnsName() string {
 type programs struct {
 	rto    *sockops.RTOCapper
 	rtoErr string
-	// rtoApplied and notsentApplied: what the subflows established
+	// rtoApplied, notsentApplied and exceptApplied: what the subflows established
 	// before were last given (RTOCapper.ApplyToExisting); existingErr
 	// its last failure, said once.
 	rtoApplied     map[netip.Addr]time.Duration
 	notsentApplied int
+	exceptApplied  []string
 	existingErr    string
 	initial        *sockops.InitialBinder
 	initialErr     string

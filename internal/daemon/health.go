@@ -112,7 +112,8 @@ func (d *Daemon) syncHealth(req policy.Requirements) {
 		}
 		h.prog = p
 	}
-	want := sockops.HealthConfig{Parse: parse, Report: rep != nil, NotSentLowat: uint32(req.NotSentLowat)}
+	want := sockops.HealthConfig{Parse: parse, Report: rep != nil, NotSentLowat: uint32(req.NotSentLowat),
+		NotSentLowatExcept: req.NotSentLowatExcept}
 	if rep != nil {
 		want.Window, want.MinSegments, want.Ports = rep.Window, uint32(rep.MinSegments), rep.Ports
 	}

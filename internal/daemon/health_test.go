@@ -54,6 +54,22 @@ func clientHealth(st *api.Status) error {
 	return nil
 }
 
+// lowatAsWanted checks what the client's path-health program did with
+// ramptcp's notsent_lowat on the connection's two subflows: set on both
+// (a loss-based congestion control), or left alone on both (BBR, in the
+// default notsent_lowat_except).
+func lowatAsWanted(st *api.Status, set bool) error {
+	p := st.Health.Program
+	want, other := "lowat_set", "lowat_excepted"
+	if !set {
+		want, other = other, want
+	}
+	if p[want] < 2 || p[other] != 0 || p["lowat_failed"] != 0 {
+		return fmt.Errorf("notsent_lowat: want %s on both subflows and no %s (counters %v)", want, other, p)
+	}
+	return nil
+}
+
 // healthLoaded waits until the daemon's path-health program is loaded
 // (parse: it reads reports; else it writes them): it arms only the
 // subflows established after it, so a test's connection opens after.
@@ -187,6 +203,9 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	if st.Health.Program["parsed"] == 0 || st.Health.Program["malformed"] != 0 {
 		t.Fatalf("client parsed %d, malformed %d", st.Health.Program["parsed"], st.Health.Program["malformed"])
 	}
+	if err := lowatAsWanted(st, true); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Under BBR a randomly lossy path keeps delivering: when the receiver
@@ -199,6 +218,17 @@ func TestHealthKeepsALossyPathThatPaysUnderBBR(t *testing.T) {
 	_, cli := startReportingPair(t, w, "lab")
 	u := startUpload(t, w)
 	u.receive(5<<20, 10*time.Second)
+	// BBR's subflows keep the kernel's unsent queue (notsent_lowat_except).
+	testutil.Eventually(t, 10*time.Second, func() error {
+		st, err := cli.Client.Status()
+		if err != nil {
+			return err
+		}
+		if err := clientHealth(st); err != nil {
+			return err
+		}
+		return lowatAsWanted(st, false)
+	})
 	conns, err := u.s.Conns()
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"maps"
+	"slices"
 
 	"mpsteer/internal/actuator"
 	"mpsteer/internal/policy"
@@ -59,8 +60,8 @@ func (d *Daemon) syncRTO(req policy.Requirements) {
 	// Subflows established before these requirements (a hint or reload
 	// at run time, a daemon started after its connections) get them too:
 	// the sockops program acts at establishment only.
-	if !maps.Equal(p.rtoApplied, req.RTOMax) || p.notsentApplied != req.NotSentLowat {
-		if err := p.rto.ApplyToExisting(req.NotSentLowat); err != nil {
+	if !maps.Equal(p.rtoApplied, req.RTOMax) || p.notsentApplied != req.NotSentLowat || !slices.Equal(p.exceptApplied, req.NotSentLowatExcept) {
+		if err := p.rto.ApplyToExisting(req.NotSentLowat, req.NotSentLowatExcept); err != nil {
 			if p.existingErr != err.Error() {
 				d.log.Printf("existing subflows keep their RTO cap and unsent queue: %v", err)
 			}
@@ -68,6 +69,7 @@ func (d *Daemon) syncRTO(req policy.Requirements) {
 			return
 		}
 		p.rtoApplied, p.notsentApplied, p.existingErr = maps.Clone(req.RTOMax), req.NotSentLowat, ""
+		p.exceptApplied = slices.Clone(req.NotSentLowatExcept)
 	}
 }
 

@@ -216,6 +216,10 @@ type Requirements struct {
 	// subflows established after it): a path set backup then has little
 	// queued that it must still carry. 0: left alone.
 	NotSentLowat int
+	// NotSentLowatExcept: congestion controls whose subflows NotSentLowat
+	// leaves alone (at most MaxLowatExcept; it comes with the NotSentLowat
+	// of the policy that asked for it).
+	NotSentLowatExcept []string
 	// JoinBackup: new subflows should join as backup (carry nothing until
 	// a decision lets them). Under the kernel path manager with backup via
 	// endpoints, endpoints that open subflows are kept backup while no
@@ -352,7 +356,7 @@ func (e *Engine) Requirements() Requirements {
 			}
 		}
 		if r.NotSentLowat == 0 {
-			r.NotSentLowat = req.NotSentLowat
+			r.NotSentLowat, r.NotSentLowatExcept = req.NotSentLowat, req.NotSentLowatExcept
 		}
 		for a, d := range req.RTOMax {
 			if _, taken := r.RTOMax[a]; !taken {

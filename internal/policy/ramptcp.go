@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"sync"
@@ -81,6 +82,12 @@ type RAMPTCPConfig struct {
 	// inactive still leaves over it, at its failing rate, while the
 	// receiver waits for it. 0 leaves the kernel's default.
 	NotSentLowat units.Size `yaml:"notsent_lowat" min:"0B" max:"1GiB"`
+	// NotSentLowatExcept: congestion controls whose subflows keep the
+	// kernel's unbounded queue. A rate-based one (BBR) keeps its rate on a
+	// lossy path, so what a path set aside holds leaves in a few round
+	// trips; and the bound costs there: in ramptcp-loss-bbr, 2–4% of the
+	// goodput with any notsent_lowat against none (results.md).
+	NotSentLowatExcept []string `yaml:"notsent_lowat_except"`
 	// WorthTrial: a path whose subflows run a congestion control of
 	// WorthCC is judged in use this long when its report turns bad, and
 	// kept in use despite its loss if the connection delivers in order
@@ -286,7 +293,32 @@ func buildRAMPTCP(m *yamlcfg.Map, env Env) Policy {
 	if r.MaxHold < r.Hold && !m.Failed("hold") {
 		m.Errorf("max_hold", "%v is below hold %v", r.MaxHold, r.Hold)
 	}
+	if err := checkCCNames(r.NotSentLowatExcept); err != nil && !m.Failed("notsent_lowat_except") {
+		m.Errorf("notsent_lowat_except", "%v", err)
+	}
 	return r
+}
+
+// MaxLowatExcept is how many congestion controls a notsent_lowat can
+// except (the sockops programs' list holds this many).
+const MaxLowatExcept = 4
+
+// ccNameRE: a congestion control's name as the kernel takes it
+// (TCP_CA_NAME_MAX is 16 with the NUL).
+var ccNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,15}$`)
+
+// checkCCNames says what is wrong with a list of congestion controls to
+// except from notsent_lowat.
+func checkCCNames(names []string) error {
+	if len(names) > MaxLowatExcept {
+		return fmt.Errorf("%d congestion controls; at most %d", len(names), MaxLowatExcept)
+	}
+	for _, n := range names {
+		if !ccNameRE.MatchString(n) {
+			return fmt.Errorf("%q is not a congestion control's name (1 to 15 letters, digits, _ or -, as in net.ipv4.tcp_congestion_control)", n)
+		}
+	}
+	return nil
 }
 
 // NewRAMPTCP makes the policy with its defaults.
@@ -294,7 +326,8 @@ func NewRAMPTCP() *RAMPTCP {
 	return &RAMPTCP{Signal: rampReports,
 		RAMPTCPConfig: RAMPTCPConfig{LossHigh: 0.10, LossLow: 0.02, Hold: time.Second, MaxHold: 8 * time.Second,
 			ProbeWindow: 300 * time.Millisecond, Warmup: time.Second, NotSentLowat: units.Size(64 << 10),
-			WorthTrial: 300 * time.Millisecond, WorthGain: 0.15, WorthCC: []string{"bbr"}},
+			NotSentLowatExcept: []string{"bbr"},
+			WorthTrial:         300 * time.Millisecond, WorthGain: 0.15, WorthCC: []string{"bbr"}},
 		RAMPTCPReportsConfig: RAMPTCPReportsConfig{HealthLow: 0.90, HealthHigh: 0.97, Stale: time.Second},
 		RAMPTCPSenderConfig:  RAMPTCPSenderConfig{Window: 100 * time.Millisecond, MinSegments: 16},
 		conns:                map[uint32]*rampConn{}}
@@ -305,7 +338,8 @@ func (r *RAMPTCP) Name() string { return "ramptcp" }
 
 // Requirements: the peer's reports must be read.
 func (r *RAMPTCP) Requirements() Requirements {
-	return Requirements{HealthReports: r.Signal == rampReports, NotSentLowat: int(r.NotSentLowat)}
+	return Requirements{HealthReports: r.Signal == rampReports, NotSentLowat: int(r.NotSentLowat),
+		NotSentLowatExcept: r.NotSentLowatExcept}
 }
 
 // Decide runs the rule for every connection.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +217,11 @@ func TestRAMPTCPConfig(t *testing.T) {
 		{"{name: ramptcp, signal: radio}", "signal"},
 		{"{name: ramptcp, worth_trial: 0s, worth_gain: 20%, worth_cc: [bbr, bbr3]}", ""},
 		{"{name: ramptcp, worth_gain: 2}", "worth_gain"},
+		{"{name: ramptcp, notsent_lowat_except: []}", ""},
+		{"{name: ramptcp, notsent_lowat_except: [bbr, bbr2, bbr3, tcp-x_1]}", ""},
+		{"{name: ramptcp, notsent_lowat_except: [a, b, c, d, e]}", "notsent_lowat_except: 5 congestion controls; at most 4"},
+		{"{name: ramptcp, notsent_lowat_except: [bbr, 'bad name']}", `"bad name" is not a congestion control's name`},
+		{"{name: ramptcp, notsent_lowat_except: [averyverylongccname]}", "is not a congestion control's name"},
 	} {
 		m, err := yamlcfg.Parse("p.yaml", []byte(c.src))
 		if err != nil {
@@ -446,5 +452,31 @@ func TestRAMPTCPToleratedThroughIntermittentGoodReports(t *testing.T) {
 	}
 	if st := r.Status().([]RAMPTCPConnStatus)[0].Paths[1].State; st != "active" {
 		t.Fatalf("good reports for 2 s: %s, want active", st)
+	}
+}
+
+// ramptcp's notsent_lowat comes with its exceptions (BBR by default, or
+// what the entry gives) in the requirements the daemon carries out.
+func TestRAMPTCPLowatExceptions(t *testing.T) {
+	for _, c := range []struct {
+		src  string
+		want []string
+	}{
+		{"{name: ramptcp}", []string{"bbr"}},
+		{"{name: ramptcp, notsent_lowat_except: []}", []string{}},
+		{"{name: ramptcp, notsent_lowat_except: [bbr, bbr3]}", []string{"bbr", "bbr3"}},
+	} {
+		m, err := yamlcfg.Parse("p.yaml", []byte(c.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Build(m, Env{})
+		if err := m.Err(); err != nil {
+			t.Fatal(err)
+		}
+		req := p.(Requirer).Requirements()
+		if req.NotSentLowat != 64<<10 || !slices.Equal(req.NotSentLowatExcept, c.want) {
+			t.Fatalf("%s: notsent_lowat %d except %q, want 65536 except %q", c.src, req.NotSentLowat, req.NotSentLowatExcept, c.want)
+		}
 	}
 }

@@ -41,6 +41,10 @@ type HealthConfig struct {
 	// its own queue of unsent data is below it, so a path set inactive
 	// has little queued that it must still carry.
 	NotSentLowat uint32
+	// NotSentLowatExcept: congestion controls (as named in
+	// net.ipv4.tcp_congestion_control) whose subflows keep the kernel's
+	// unbounded queue; at most MaxLowatExcept names.
+	NotSentLowatExcept []string
 }
 
 // PathKey names a path of a connection from the host holding the map:
@@ -120,6 +124,9 @@ func (h *Health) Configure(c HealthConfig) error {
 	}
 	v.MinSegs = c.MinSegments
 	v.NotsentLowat = c.NotSentLowat
+	if err := ccNames(&v.LowatExcept, c.NotSentLowatExcept); err != nil {
+		return err
+	}
 	v.BucketNs = uint64(c.Window / 2)
 	// Ports first, so that the filter is in place when the flag is.
 	old := map[uint16]bool{}
@@ -224,7 +231,8 @@ func (h *Health) Forget(live func(token uint32) bool) {
 
 // HealthStatNames are the program's counters, in its order.
 var HealthStatNames = []string{"subflows", "acks", "written", "partial", "no_room", "no_info", "store_failed",
-	"segments", "holes", "duplicates", "no_slot", "parsed", "entries", "bad_entries", "malformed", "lowat_failed"}
+	"segments", "holes", "duplicates", "no_slot", "parsed", "entries", "bad_entries", "malformed", "lowat_failed",
+	"lowat_set", "lowat_excepted"}
 
 // Stats sums the program's per-CPU counters.
 func (h *Health) Stats() map[string]uint64 {

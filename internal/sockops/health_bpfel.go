@@ -20,6 +20,7 @@ type healthHlConf struct {
 	BucketNs     uint64
 	NotsentLowat uint32
 	Pad          uint32
+	LowatExcept  [4][16]int8
 }
 
 type healthHlConn struct {

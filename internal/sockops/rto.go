@@ -155,16 +155,20 @@ func readKernelConfig(key string) (string, bool) {
 // ApplyToExisting gives the subflows already established in the calling
 // thread's namespace what the sockops program gives new ones: the RTO cap
 // of their local address (Set), and TCP_NOTSENT_LOWAT notsent bytes (0:
-// left alone). A policy given at run time (mpsteer prefer) finds its
-// connections established; without this their subflows kept the kernel's
-// 120 s RTO cap and unbounded unsent queues.
-func (r *RTOCapper) ApplyToExisting(notsent int) error {
+// left alone) except on subflows of the congestion controls in except. A
+// policy given at run time (mpsteer prefer) finds its connections
+// established; without this their subflows kept the kernel's 120 s RTO
+// cap and unbounded unsent queues.
+func (r *RTOCapper) ApplyToExisting(notsent int, except []string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.loadExisting(); err != nil {
 		return err
 	}
 	conf := rtoexistingExistingConf{NotsentLowat: uint32(max(notsent, 0))}
+	if err := ccNames(&conf.LowatExcept, except); err != nil {
+		return err
+	}
 	if err := r.existing.ExistingConf.Put(uint32(0), &conf); err != nil {
 		return fmt.Errorf("the existing subflows' settings: %w", err)
 	}
@@ -213,7 +217,7 @@ func (r *RTOCapper) Stats() map[string]uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.existing != nil {
-		for i, name := range []string{"existing_set", "existing_failed"} {
+		for i, name := range []string{"existing_set", "existing_failed", "existing_lowat_excepted"} {
 			var v uint64
 			if err := r.existing.ExistingStats.Lookup(uint32(i), &v); err == nil {
 				out[name] = v

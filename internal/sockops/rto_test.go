@@ -3,6 +3,8 @@ package sockops
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,16 +78,37 @@ func TestApplyToExistingSubflows(t *testing.T) {
 	if err := r.Set(map[netip.Addr]time.Duration{netip.MustParseAddr("10.9.0.1"): time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if err := netnsutil.Do(ns, func() error { return r.ApplyToExisting(16 << 10) }); err != nil {
+	// A congestion control the subflows do not run excepted: nothing
+	// changes.
+	if err := netnsutil.Do(ns, func() error { return r.ApplyToExisting(16<<10, []string{"nosuchcc"}) }); err != nil {
 		t.Fatal(err)
 	}
 	// Two subflows (the client's and the server's), two options each; the
 	// plain TCP sockets counted nowhere.
 	st := r.Stats()
-	if st["existing_set"]+st["existing_failed"] != 4 || st["existing_set"] < 2 {
-		t.Fatalf("stats %v: want both options tried on both subflows (4), TCP_NOTSENT_LOWAT set at least", st)
+	if st["existing_set"]+st["existing_failed"] != 4 || st["existing_set"] < 2 || st["existing_lowat_excepted"] != 0 {
+		t.Fatalf("stats %v: want both options tried on both subflows (4), TCP_NOTSENT_LOWAT set at least, none excepted", st)
 	}
 	if st["existing_failed"] != 0 {
 		t.Logf("TCP_RTO_MAX_MS refused on existing subflows (a kernel before 6.15?): %v", st)
+	}
+	// The subflows' own congestion control (the namespace's default)
+	// excepted: the RTO cap alone is tried on each, the lowat left alone.
+	var cc []byte
+	if err := netnsutil.Do(ns, func() error {
+		var err error
+		cc, err = os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimSpace(string(cc))
+	if err := netnsutil.Do(ns, func() error { return r.ApplyToExisting(16<<10, []string{"nosuchcc", name}) }); err != nil {
+		t.Fatal(err)
+	}
+	st2 := r.Stats()
+	tried := st2["existing_set"] + st2["existing_failed"] - st["existing_set"] - st["existing_failed"]
+	if st2["existing_lowat_excepted"] != 2 || tried != 2 {
+		t.Fatalf("stats %v (before %v): with %q excepted, want both subflows' lowat left alone (2) and only their RTO cap tried (2, got %d)", st2, st, name, tried)
 	}
 }

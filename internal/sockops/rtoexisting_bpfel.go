@@ -22,6 +22,7 @@ type rtoexistingAddrKey struct {
 type rtoexistingExistingConf struct {
 	_            structs.HostLayout
 	NotsentLowat uint32
+	LowatExcept  [4][16]int8
 }
 
 // Names of all BPF objects in the ELF.

@@ -23,6 +23,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "health.h"
+#include "ccname.h"
 
 #define ENOMSG 42
 #define ENOSPC 28
@@ -48,6 +49,11 @@ struct hl_conf {
 	// inactive would still have to carry it.
 	__u32 notsent_lowat;
 	__u32 pad;
+	// ... except on subflows whose congestion control is one of these
+	// (rate-based ones keep their rate through loss: what a path set
+	// aside holds drains in a few round trips, and the bound cost
+	// goodput there).
+	char lowat_except[CC_LIST_MAX][CC_NAME_MAX];
 };
 
 struct {
@@ -161,6 +167,8 @@ enum {
 	HS_BAD_ENTRIES,  // entries with values out of range (ignored)
 	HS_MALFORMED,    // options refused (truncated, bad length, …)
 	HS_LOWAT_FAILED, // TCP_NOTSENT_LOWAT refused
+	HS_LOWAT_SET,    // TCP_NOTSENT_LOWAT set
+	HS_LOWAT_EXCEPT, // left alone: the subflow's congestion control is excepted
 	HS_MAX,
 };
 
@@ -267,9 +275,14 @@ static __always_inline void arm(struct bpf_sock_ops *skops, struct hl_conf *c)
 		flags |= BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG;
 	bpf_sock_ops_cb_flags_set(skops, flags);
 	if ((c->flags & HL_F_PARSE) && c->notsent_lowat) {
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 		int v = c->notsent_lowat;
-		if (bpf_setsockopt(skops, SOL_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)))
+		if (tp && cc_listed(tp, c->lowat_except))
+			hcount(HS_LOWAT_EXCEPT);
+		else if (bpf_setsockopt(skops, SOL_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)))
 			hcount(HS_LOWAT_FAILED);
+		else
+			hcount(HS_LOWAT_SET);
 	}
 	hcount(HS_SUBFLOWS);
 }

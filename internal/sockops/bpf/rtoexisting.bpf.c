@@ -11,6 +11,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
+#include "ccname.h"
+
 #define SOL_TCP 6
 #define TCP_RTO_MAX_MS 44
 #define TCP_NOTSENT_LOWAT 25
@@ -34,6 +36,9 @@ struct {
 
 struct existing_conf {
 	__u32 notsent_lowat; // 0: left alone
+	// ... and left alone on subflows of these congestion controls
+	// (health.bpf.c's lowat_except).
+	char lowat_except[CC_LIST_MAX][CC_NAME_MAX];
 };
 
 struct {
@@ -43,7 +48,7 @@ struct {
 	__type(value, struct existing_conf);
 } existing_conf SEC(".maps");
 
-enum { EX_SET, EX_FAILED, EX_MAX };
+enum { EX_SET, EX_FAILED, EX_LOWAT_EXCEPT, EX_MAX };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -97,8 +102,12 @@ int mpsteer_rto_existing(struct bpf_iter__tcp *ctx)
 		set(tp, TCP_RTO_MAX_MS, *ms);
 	__u32 zero = 0;
 	struct existing_conf *c = bpf_map_lookup_elem(&existing_conf, &zero);
-	if (c && c->notsent_lowat)
-		set(tp, TCP_NOTSENT_LOWAT, c->notsent_lowat);
+	if (c && c->notsent_lowat) {
+		if (cc_listed(tp, c->lowat_except))
+			count(EX_LOWAT_EXCEPT);
+		else
+			set(tp, TCP_NOTSENT_LOWAT, c->notsent_lowat);
+	}
 	return 0;
 }
 
