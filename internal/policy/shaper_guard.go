@@ -66,16 +66,23 @@ func queued(sf observe.Subflow) bool {
 	return sf.MinRTT > 0 && sf.SRTT > 2*sf.MinRTT+guardQueue
 }
 
-// startupGuard is the guard's cap on a subflow (0: none) and why; the
-// most it delivered while held is kept in s.
-func (p *shaper) startupGuard(r *shapeRound, sf observe.Subflow, s *shapeSub) (units.Rate, string) {
-	id := ID(sf)
+// markCarry notes from when a subflow may carry (zero while aside). The
+// round marks every subflow before any guard looks for a young one, so a
+// joiner listed after the subflow it guards against counts in the round it
+// enters.
+func markCarry(now time.Time, s *shapeSub) {
 	switch {
 	case s.state == shAside:
 		s.carryFrom = time.Time{}
 	case s.carryFrom.IsZero():
-		s.carryFrom = r.now
+		s.carryFrom = now
 	}
+}
+
+// startupGuard is the guard's cap on a subflow (0: none) and why; the
+// most it delivered while held is kept in s.
+func (p *shaper) startupGuard(r *shapeRound, sf observe.Subflow, s *shapeSub) (units.Rate, string) {
+	id := ID(sf)
 	young := r.youngOther(id)
 	if !p.StartupGuard || s.state == shAside || young == nil {
 		s.guard = 0

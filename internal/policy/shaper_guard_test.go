@@ -45,13 +45,36 @@ func TestShaperStartupGuardHoldsAQueuingPathWhileAJoinerStarts(t *testing.T) {
 	}
 }
 
+// The guard holds the queuing path in the round the joiner may first
+// carry, though the joiner is listed after it (every subflow's state is
+// noted before any guard asks whether another is young).
+func TestShaperStartupGuardActsInTheJoinersFirstRound(t *testing.T) {
+	s := guardSim(t, NewDynThresh())
+	for round := 1; round <= 10; round++ {
+		s.run(1)
+		if b, ok := s.backups[s.id(1)]; !ok || b.Backup {
+			if c := s.caps[s.id(0)]; c.Rate != 0 {
+				t.Fatalf("round %d: the queuing path capped (%s) while the joiner may not carry", round, c.Reason)
+			}
+			continue
+		}
+		// 125% of what it delivers: in the first round its tcp_info
+		// delivery rate (4.8 Mbit/s; its measured rate is not known yet).
+		if c := s.caps[s.id(0)]; c.Rate != 6e6 || !strings.Contains(c.Reason, "startup guard") {
+			t.Fatalf("round %d, the joiner's first that it may carry: the queuing path's cap %v (%s), want 6 Mbit/s by the startup guard", round, c.Rate, c.Reason)
+		}
+		return
+	}
+	t.Fatal("the joiner never came out of backup in ten rounds")
+}
+
 func TestShaperStartupGuardLeavesWhatDoesNotQueueOrPaceAbove(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		set  func(s *shapeSim)
 	}{
 		{"no queue (SRTT within twice the minimum and 10 ms)", func(s *shapeSim) { s.sfs[0].SRTT = 10 * ms }},
-		{"pacing at 4× what it delivers", func(s *shapeSim) { s.sfs[0].PacingRate = 4 * 5e6 / 8 }},
+		{"pacing at 4× what it delivers", func(s *shapeSim) { s.sfs[0].PacingRate = 4 * s.sfs[0].DeliveryRate }},
 		{"nothing delivered yet", func(s *shapeSim) { s.sfs[0].DeliveryRate, s.paths[0].capacity = 0, 0 }},
 	} {
 		s := guardSim(t, NewDynThresh())

@@ -430,17 +430,25 @@ func (p *shaper) judgeOrStartTrial(r *shapeRound) {
 func (p *shaper) decisions(r *shapeRound) ([]Action, []ShapeSubflowStatus) {
 	var out []Action
 	var status []ShapeSubflowStatus
-	for _, sf := range r.c.Subflows {
+	// Each subflow's state first (the in-time cap and the gate move it),
+	// then the caps: the startup guard asks every other subflow whether it
+	// is young.
+	rates := make([]units.Rate, len(r.c.Subflows))
+	for i, sf := range r.c.Subflows {
+		s := r.st.subs[ID(sf)]
+		if ID(sf) != r.mainID && s.state != shAside && p.InTimeCaps && p.far(sf, r.main) {
+			rates[i] = p.inTimeCap(r, sf, s)
+		}
+		p.gate(r, sf, s)
+		markCarry(r.now, s)
+	}
+	for i, sf := range r.c.Subflows {
 		id := ID(sf)
 		s := r.st.subs[id]
 		rtt := baseRTT(sf)
 		ss := ShapeSubflowStatus{Subflow: id.String(), RTTMs: float64(rtt) / 1e6, RateMbit: r.cur[id] * 8 / 1e6,
 			BestMbit: s.capacity(sf) * 8 / 1e6}
-		var rate units.Rate
-		if id != r.mainID && s.state != shAside && p.InTimeCaps && p.far(sf, r.main) {
-			rate = p.inTimeCap(r, sf, s)
-		}
-		p.gate(r, sf, s)
+		rate := rates[i]
 		why := s.why
 		if g, gwhy := p.startupGuard(r, sf, s); g > 0 && (rate == 0 || g < rate) {
 			rate, why = g, why+"; "+gwhy
