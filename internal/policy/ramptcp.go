@@ -85,8 +85,9 @@ type RAMPTCPConfig struct {
 	// NotSentLowatExcept: congestion controls whose subflows keep the
 	// kernel's unbounded queue. A rate-based one (BBR) keeps its rate on a
 	// lossy path, so what a path set aside holds leaves in a few round
-	// trips; and the bound costs there: in ramptcp-loss-bbr, 2–4% of the
-	// goodput with any notsent_lowat against none (results.md).
+	// trips; and the bound costs there: in ramptcp-loss-bbr the bound
+	// alone delivered less than default MPTCP in every paired run
+	// (results.md).
 	NotSentLowatExcept []string `yaml:"notsent_lowat_except"`
 	// WorthTrial: a path whose subflows run a congestion control of
 	// WorthCC is judged in use this long when its report turns bad, and
