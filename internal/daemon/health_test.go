@@ -54,6 +54,21 @@ func clientHealth(st *api.Status) error {
 	return nil
 }
 
+// healthyClient is a check for testutil.Eventually: the client's status
+// passes clientHealth, then more (nil: nothing more).
+func healthyClient(cli *testutil.Daemon, more func(*api.Status) error) func() error {
+	return func() error {
+		st, err := cli.Client.Status()
+		if err != nil {
+			return err
+		}
+		if err := clientHealth(st); err != nil || more == nil {
+			return err
+		}
+		return more(st)
+	}
+}
+
 // lowatAsWanted checks what the client's path-health program did with
 // ramptcp's notsent_lowat on the connection's two subflows: set on both
 // (a loss-based congestion control), or left alone on both (BBR, in the
@@ -144,14 +159,7 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	}
 	u := startUpload(t, w)
 	// Both paths' reports reach the client while they are good ...
-	testutil.Eventually(t, 15*time.Second, func() error {
-		st, err := cli.Client.Status()
-		if err != nil {
-			return err
-		}
-		if err := clientHealth(st); err != nil {
-			return err
-		}
+	testutil.Eventually(t, 15*time.Second, healthyClient(cli, func(st *api.Status) error {
 		for _, sf := range subflowsOf(st) {
 			if sf.Health == nil || sf.Health.Direction != "received" {
 				return fmt.Errorf("subflow %s→%s has no report yet: %+v", sf.Local, sf.Remote, sf.Health)
@@ -161,7 +169,7 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 			}
 		}
 		return nil
-	})
+	}))
 	// ... then path b's last hop starts losing, and the client sees it
 	// and sets the path aside while the transfer runs.
 	loseOnB(t, w)
@@ -219,16 +227,7 @@ func TestHealthKeepsALossyPathThatPaysUnderBBR(t *testing.T) {
 	u := startUpload(t, w)
 	u.receive(5<<20, 10*time.Second)
 	// BBR's subflows keep the kernel's unsent queue (notsent_lowat_except).
-	testutil.Eventually(t, 10*time.Second, func() error {
-		st, err := cli.Client.Status()
-		if err != nil {
-			return err
-		}
-		if err := clientHealth(st); err != nil {
-			return err
-		}
-		return lowatAsWanted(st, false)
-	})
+	testutil.Eventually(t, 10*time.Second, healthyClient(cli, func(st *api.Status) error { return lowatAsWanted(st, false) }))
 	conns, err := u.s.Conns()
 	if err != nil {
 		t.Fatal(err)
@@ -283,13 +282,7 @@ func TestHealthWithoutReceiverProgram(t *testing.T) {
 	// The transfer goes on as usual, the client's program armed both
 	// subflows, and the daemon has had rounds to act on them.
 	u.receive(5<<20, 10*time.Second)
-	testutil.Eventually(t, 10*time.Second, func() error {
-		st, err := cli.Client.Status()
-		if err != nil {
-			return err
-		}
-		return clientHealth(st)
-	})
+	testutil.Eventually(t, 10*time.Second, healthyClient(cli, nil))
 	cli.WaitRounds(t, 10)
 	st, err := cli.Client.Status()
 	if err != nil {
