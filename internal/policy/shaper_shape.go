@@ -430,9 +430,9 @@ func (p *shaper) judgeOrStartTrial(r *shapeRound) {
 func (p *shaper) decisions(r *shapeRound) ([]Action, []ShapeSubflowStatus) {
 	var out []Action
 	var status []ShapeSubflowStatus
-	// Each subflow's state first (the in-time cap and the gate move it),
-	// then the caps: the startup guard asks every other subflow whether it
-	// is young.
+	// Each subflow's state first (the in-time cap moves it, the gate notes
+	// its hold, markCarry when it may carry), then the caps: the startup
+	// guard asks every other subflow whether it is young.
 	rates := make([]units.Rate, len(r.c.Subflows))
 	for i, sf := range r.c.Subflows {
 		s := r.st.subs[ID(sf)]
