@@ -46,6 +46,9 @@ var benchmarks = []benchmark{
 	{"twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 and 25 ms (24 cases, lab runs, ~8 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short"), "mpsteer bench twopath-short", bench.ShortTwoPathCases(), progress)
 	})},
+	{"twopath-short-10ms", "the same with a path at 10 ms one way: delays 0/10, 10/0, 10/10, 10/25 and 25/10 ms (30 cases, lab runs, ~10 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
+		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short-10ms"), "mpsteer bench twopath-short-10ms", bench.MidTwoPathCases(), progress)
+	})},
 	{"rate", "each way of holding a subflow to a rate (pacing, rwnd, cc) on one upload: accuracy, settling after a cut, queueing, lift (lab runs, ~1 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.Rate(ctx, bin, filepath.Join(out, "rate"), progress)
 	})},

@@ -40,15 +40,29 @@ var TwoPathCases = []TwoPathCase{
 
 // ShortTwoPathCases are the cases `mpsteer bench twopath-short` runs
 // (issue 24): transfers of 8 and 16 MiB over two paths at 10/10, 15/5 and
-// 5/15 Mbit/s, with one-way delays of 0 to 25 ms: where joining as backup
+// 5/15 Mbit/s, with one-way delays of 0 and 25 ms: where joining as backup
 // and a far path's wait for its trial cost most, against default MPTCP,
 // which uses both paths from their handshakes. One transfer per case and
 // run; the runs give the interval. TCP runs over the better path: the
 // faster one, or at equal rates the nearer one.
 func ShortTwoPathCases() []TwoPathCase {
+	return shortCases([][2]int{{0, 0}, {0, 25}, {25, 0}, {25, 25}})
+}
+
+// MidTwoPathCases are the cases `mpsteer bench twopath-short-10ms` runs:
+// the same rates and sizes with a path at 10 ms one way, between
+// twopath-short's 0 and 25 ms (every pair of 0, 10 and 25 ms that has a
+// 10 ms path).
+func MidTwoPathCases() []TwoPathCase {
+	return shortCases([][2]int{{0, 10}, {10, 0}, {10, 10}, {10, 25}, {25, 10}})
+}
+
+// shortCases is the grid of short transfers over the given one-way delay
+// pairs (ms): every rate pair, 8 and 16 MiB.
+func shortCases(delays [][2]int) []TwoPathCase {
 	var cases []TwoPathCase
 	for _, r := range [][2]int{{10, 10}, {15, 5}, {5, 15}} {
-		for _, d := range [][2]int{{0, 0}, {0, 25}, {25, 0}, {25, 25}} {
+		for _, d := range delays {
 			tcp := "a"
 			if r[1] > r[0] || (r[1] == r[0] && d[1] < d[0]) {
 				tcp = "b"

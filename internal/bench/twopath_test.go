@@ -7,14 +7,23 @@ import (
 	"mpsteer/internal/lab/scenario"
 )
 
-// Every case of both twopath benches is a scenario the lab accepts, with
+// Every case of the three twopath benches is a scenario the lab accepts, with
 // the paths, sizes and TCP baseline it names.
 func TestTwoPathCasesAreValidScenarios(t *testing.T) {
 	short := ShortTwoPathCases()
 	if len(short) != 24 {
 		t.Fatalf("%d short cases, want 24 (3 rate pairs × 4 delay pairs × 2 sizes)", len(short))
 	}
-	all := append(append([]TwoPathCase{}, TwoPathCases...), short...)
+	mid := MidTwoPathCases()
+	if len(mid) != 30 {
+		t.Fatalf("%d 10 ms cases, want 30 (3 rate pairs × 5 delay pairs × 2 sizes)", len(mid))
+	}
+	for _, c := range mid {
+		if c.DelayA != "10ms" && c.DelayB != "10ms" {
+			t.Fatalf("10 ms case %s has no 10 ms path", c.Name)
+		}
+	}
+	all := append(append(append([]TwoPathCase{}, TwoPathCases...), short...), mid...)
 	names := map[string]bool{}
 	for _, c := range all {
 		if names[c.Name] {
@@ -30,7 +39,8 @@ func TestTwoPathCasesAreValidScenarios(t *testing.T) {
 		}
 	}
 	// TCP over the better path: the faster, at equal rates the nearer.
-	for name, want := range map[string]string{"r10-10-d0-25-8mib": "a", "r10-10-d25-0-8mib": "b", "r15-5-d25-0-16mib": "a", "r5-15-d0-25-8mib": "b", "equal-8mib": "a"} {
+	for name, want := range map[string]string{"r10-10-d0-25-8mib": "a", "r10-10-d25-0-8mib": "b", "r15-5-d25-0-16mib": "a", "r5-15-d0-25-8mib": "b", "equal-8mib": "a",
+		"r10-10-d10-0-8mib": "b", "r10-10-d10-25-16mib": "a", "r15-5-d25-10-8mib": "a", "r5-15-d0-10-16mib": "b"} {
 		var got string
 		for _, c := range all {
 			if c.Name == name && strings.Contains(c.scenario(), "{name: tcp, kind: tcp, path: "+want+"}") {

@@ -38,15 +38,19 @@ import (
 const healthPoll = 5 * time.Millisecond
 
 // healthState is the daemon's side of the path-health reports. The loop
-// owns conf, reports and the program's life (under the daemon's mu); the
-// poller reads the program and the source under h.mu, never the daemon's.
+// owns conf and the program's life (under the daemon's mu); the poller
+// reads the program and the source under h.mu, never the daemon's.
 type healthState struct {
 	conf    sockops.HealthConfig
 	progErr string
-	// reports are the peers' reports by connection (local token), as the
-	// loop last took them.
-	reports map[uint32][]policy.PathHealth
-	polls   atomic.Uint64
+	// latest are the peers' reports by connection (local token), as the
+	// poller last read them: every poll, not only when one changed, so
+	// that a report the peer keeps sending unchanged stays fresh (a
+	// policy takes a report older than its stale limit for none: ramptcp
+	// let go of a connection whose healthy path's report had not changed
+	// for a second, while the peer sent it on every ACK).
+	latest atomic.Pointer[map[uint32][]policy.PathHealth]
+	polls  atomic.Uint64
 	// est are the established subflows of the last round (the receiver
 	// maps each to the interface its packets arrive on).
 	est atomic.Pointer[[]observe.Subflow]
@@ -217,19 +221,19 @@ func (d *Daemon) healthLoop(ctx context.Context) {
 			return
 		case <-time.After(healthPoll):
 		}
-		if reports, changed := d.pollHealth(h); changed {
-			d.in.mark(func(in *inbox) { in.reports = reports })
+		if d.pollHealth(h) {
+			d.in.mark(func(in *inbox) { in.reports = true })
 		}
 	}
 }
 
 // pollHealth samples the last hops (at the source's interval) and reads
-// the reports; it returns them when they changed.
-func (d *Daemon) pollHealth(h *healthState) (map[uint32][]policy.PathHealth, bool) {
+// the reports; it tells whether one changed.
+func (d *Daemon) pollHealth(h *healthState) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.active() {
-		return nil, false
+		return false
 	}
 	h.polls.Add(1)
 	if h.src != nil && time.Since(h.srcAt) >= h.src.Interval() {
@@ -250,7 +254,7 @@ func (d *Daemon) pollHealth(h *healthState) (map[uint32][]policy.PathHealth, boo
 		h.prog.Forget(func(tok uint32) bool { return live[tok] })
 	}
 	if !h.readReports {
-		return nil, false
+		return false
 	}
 	return h.readChanged()
 }
@@ -309,12 +313,12 @@ func (d *Daemon) updateLastHops(h *healthState, hops map[string]lasthop.Sample, 
 	}
 }
 
-// readChanged reads the peers' reports and returns them all when one
+// readChanged reads the peers' reports into latest and tells whether one
 // changed since the last read (under h.mu).
-func (h *healthState) readChanged() (map[uint32][]policy.PathHealth, bool) {
+func (h *healthState) readChanged() bool {
 	reps, err := h.prog.Reports()
 	if err != nil {
-		return nil, false
+		return false
 	}
 	by := map[uint32][]policy.PathHealth{}
 	changed := false
@@ -338,16 +342,16 @@ func (h *healthState) readChanged() (map[uint32][]policy.PathHealth, bool) {
 			changed = true
 		}
 	}
-	if !changed {
-		return nil, false
-	}
 	for _, l := range by {
 		sort.Slice(l, func(i, j int) bool {
 			return l[i].LocalID < l[j].LocalID || l[i].LocalID == l[j].LocalID && l[i].RemoteID < l[j].RemoteID
 		})
 	}
-	h.reactions++
-	return by, true
+	h.latest.Store(&by)
+	if changed {
+		h.reactions++
+	}
+	return changed
 }
 
 // healthOf is what snapshots carry for a connection.
@@ -355,7 +359,15 @@ func (d *Daemon) healthOf(token uint32) []policy.PathHealth {
 	if d.health == nil {
 		return nil
 	}
-	return d.health.reports[token]
+	return d.health.reportsOf(token)
+}
+
+// reportsOf is the latest reports of a connection.
+func (h *healthState) reportsOf(token uint32) []policy.PathHealth {
+	if p := h.latest.Load(); p != nil {
+		return (*p)[token]
+	}
+	return nil
 }
 
 func pct(v float64, ok bool) *float64 {
@@ -373,7 +385,7 @@ func (d *Daemon) subflowHealth(sf observe.Subflow, now time.Time) *api.PathRepor
 	if h == nil {
 		return nil
 	}
-	for _, r := range h.reports[sf.Token] {
+	for _, r := range h.reportsOf(sf.Token) {
 		if r.LocalID == sf.LocalID && r.RemoteID == sf.RemoteID {
 			return &api.PathReport{Direction: "received", LossPct: pct(r.Loss, r.LossKnown), LastHopPct: pct(r.LastHop, r.LastHopKnown),
 				At: r.Received, AgeMs: float64(now.Sub(r.Received)) / 1e6, Reports: r.Reports,

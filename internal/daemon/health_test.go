@@ -272,6 +272,51 @@ func TestHealthKeepsALossyPathThatPaysUnderBBR(t *testing.T) {
 	}
 }
 
+// A report the peer keeps sending unchanged stays fresh: two healthy
+// paths under BBR (no loss, the lab's last hops healthy) give the same
+// report on every ACK, and over three seconds the client must see each
+// path's report younger than ramptcp's stale limit (1 s), and ramptcp
+// must never let go of the connection for want of reports. (The daemon
+// took the reports only when one changed, so an unchanged one aged: in a
+// ramptcp-loss-bbr run the policy let go of its connection every few
+// seconds while its lossy path was set aside.)
+func TestHealthUnchangedReportsStayFresh(t *testing.T) {
+	paths := strings.ReplaceAll(healthPaths, "cc: reno", "cc: bbr")
+	w := labtest.World(t, paths, "mptcp")
+	_, cli := startReportingPair(t, w, "lab")
+	u := startUpload(t, w)
+	u.receive(2<<20, 10*time.Second)
+	reported := func(st *api.Status) error {
+		for _, sf := range subflowsOf(st) {
+			if sf.Health == nil || sf.Health.Direction != "received" {
+				return fmt.Errorf("subflow %s→%s has no report: %+v", sf.Local, sf.Remote, sf.Health)
+			}
+		}
+		return nil
+	}
+	testutil.Eventually(t, 10*time.Second, healthyClient(cli, reported))
+	worst := 0.0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		st, err := cli.Client.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reported(st); err != nil {
+			t.Fatal(err)
+		}
+		for _, sf := range subflowsOf(st) {
+			worst = max(worst, sf.Health.AgeMs)
+			if sf.Health.AgeMs >= 1000 {
+				t.Fatalf("subflow %s→%s: its report is %.0f ms old (%d received) while the transfer runs", sf.Local, sf.Remote, sf.Health.AgeMs, sf.Health.Reports)
+			}
+			if sf.Decision != nil && strings.Contains(sf.Decision.Reason, "no report from the peer") {
+				t.Fatalf("subflow %s→%s: ramptcp let go of the connection: %s", sf.Local, sf.Remote, sf.Decision.Reason)
+			}
+		}
+	}
+	t.Logf("the oldest report seen: %.0f ms", worst)
+}
+
 // A peer without the program sends no option: the transfer is as usual
 // and the policy has no opinion.
 func TestHealthWithoutReceiverProgram(t *testing.T) {

@@ -49,8 +49,9 @@ type inbox struct {
 	sample *sample
 	spare  []observe.Subflow
 	events []pm.Event
-	// reports are the peers' path-health reports, when they changed.
-	reports map[uint32][]policy.PathHealth
+	// reports: a peer's path-health report changed (the poller keeps
+	// them all, health.go).
+	reports bool
 	iface   bool
 	// all: the policies or the config changed: decide every connection.
 	all bool
@@ -99,7 +100,7 @@ func (in *inbox) intervalChanged() {
 type taken struct {
 	sample  *sample
 	events  []pm.Event
-	reports map[uint32][]policy.PathHealth
+	reports bool
 	iface   bool
 	all     bool
 	look    bool
@@ -109,7 +110,7 @@ func (in *inbox) take() taken {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	t := taken{sample: in.sample, events: in.events, reports: in.reports, iface: in.iface, all: in.all, look: in.look}
-	in.sample, in.events, in.reports, in.iface, in.all, in.look = nil, nil, nil, false, false, false
+	in.sample, in.events, in.reports, in.iface, in.all, in.look = nil, nil, false, false, false, false
 	return t
 }
 
@@ -208,9 +209,8 @@ func (d *Daemon) round(t taken) {
 		}
 		d.refreshConn(ev.Token) // a new connection's cgroup (appscope.go)
 	}
-	if t.reports != nil && d.health != nil {
+	if t.reports && d.health != nil {
 		d.loop.count(trigHealth)
-		d.health.reports = t.reports
 	}
 	if t.iface {
 		d.loop.count(trigIface)
@@ -226,7 +226,7 @@ func (d *Daemon) round(t taken) {
 	if t.look {
 		d.loop.count(trigLook)
 	}
-	if !sampled && !touched && t.reports == nil && !t.iface && !t.all && !t.look {
+	if !sampled && !touched && !t.reports && !t.iface && !t.all && !t.look {
 		return // a failed sample, or events about nothing the policies hear of
 	}
 	now := time.Now()
