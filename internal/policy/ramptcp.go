@@ -45,7 +45,10 @@ import (
 // in order WorthGain more than its other paths do on their own; it goes
 // inactive when it did not, or later when the connection delivers less
 // than the others alone, and is simply active again once its reports
-// have been good for a hold.
+// have been good for a hold. A path that failed its trial has up to
+// WorthTrials in all while its reports stay bad, each after its hold and
+// twice as long as the one before: one short trial right after a path
+// turns lossy is noisy.
 //
 // Never below single-path TCP over the better path: a connection always
 // keeps at least one path active (the healthiest), and without reports
@@ -97,6 +100,10 @@ type RAMPTCPConfig struct {
 	// (DATA_ACKs), which the kernel gives from 6.5 on.
 	WorthTrial time.Duration  `yaml:"worth_trial"`
 	WorthGain  units.Fraction `yaml:"worth_gain"`
+	// WorthTrials: how many trials a path has while its reports stay
+	// bad; after a failed one, the next comes at the end of its hold,
+	// twice as long (300 ms, 600 ms, 1.2 s by default).
+	WorthTrials int `yaml:"worth_trials" min:"1" max:"10"`
 	// WorthCC: the congestion controls that keep a randomly lossy path
 	// delivering; under a loss-based one (Reno, CUBIC) such a path
 	// collapses and a trial only holds the connection up. Empty: any.
@@ -140,11 +147,12 @@ type rampPath struct {
 	probes        int
 	why           string
 	lastInactive  time.Time
-	// The worth check (WorthTrial): whether the path had its trial since
-	// it was last active with good reports, and what the connection
-	// delivered in order and its other paths on their own over the trial,
-	// or the last rampToleratedWindow while tolerated (bytes/s).
-	worthChecked bool
+	// The worth check (WorthTrial): how many trials the path had since it
+	// was last active with good reports (WorthTrials: no more), and what
+	// the connection delivered in order and its other paths on their own
+	// over the last trial, or the last rampToleratedWindow while
+	// tolerated (bytes/s).
+	worthTrials  int
 	with, others float64
 	// goodSince: since when a tolerated path's reports have been good.
 	goodSince time.Time
@@ -328,7 +336,7 @@ func NewRAMPTCP() *RAMPTCP {
 		RAMPTCPConfig: RAMPTCPConfig{LossHigh: 0.10, LossLow: 0.02, Hold: time.Second, MaxHold: 8 * time.Second,
 			ProbeWindow: 300 * time.Millisecond, Warmup: time.Second, NotSentLowat: units.Size(64 << 10),
 			NotSentLowatExcept: []string{"bbr"},
-			WorthTrial:         300 * time.Millisecond, WorthGain: 0.15, WorthCC: []string{"bbr"}},
+			WorthTrial:         300 * time.Millisecond, WorthGain: 0.15, WorthTrials: 3, WorthCC: []string{"bbr"}},
 		RAMPTCPReportsConfig: RAMPTCPReportsConfig{HealthLow: 0.90, HealthHigh: 0.97, Stale: time.Second},
 		RAMPTCPSenderConfig:  RAMPTCPSenderConfig{Window: 100 * time.Millisecond, MinSegments: 16},
 		conns:                map[uint32]*rampConn{}}
@@ -547,6 +555,11 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 			if now.Sub(ps.since) < ps.hold {
 				break
 			}
+			// A path that failed a trial and is still reported bad has
+			// its next trial instead of a probe (which would fail).
+			if ps.worthTrials > 0 && bad && r.startWorthTrial(now, ps, c, subflowsOf[k], what) {
+				break
+			}
 			if isFresh && h.LastHopKnown && h.LastHop <= float64(r.HealthLow) && h.Received.After(ps.since) {
 				// The receiver's radio still says bad: no probe spent.
 				ps.since = now
@@ -566,7 +579,7 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 				ps.lastInactive = now
 				ps.why = fmt.Sprintf("inactive again: the probe brought %s; hold %s", what, ps.hold)
 			case !now.Before(ps.probeUntil) && recent && good:
-				ps.state, ps.since, ps.hold, ps.worthChecked = "active", now, r.Hold, false
+				ps.state, ps.since, ps.hold, ps.worthTrials = "active", now, r.Hold, 0
 				ps.why = "active again: the probe brought " + what
 			case !now.Before(ps.probeUntil):
 				ps.hold = min(2*ps.hold, r.MaxHold)
@@ -652,29 +665,33 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 // startWorthTrial starts a lossy path's trial in use, when its subflows
 // run a congestion control of WorthCC, the kernel gives the connection's
 // in-order delivery, the connection has enough unacknowledged to show
-// what the path adds, and the path had no trial since it was last active
-// with good reports.
+// what the path adds, and the path had fewer than WorthTrials trials
+// since it was last active with good reports. Each trial is twice as
+// long as the one before.
 func (r *RAMPTCP) startWorthTrial(now time.Time, ps *rampPath, c *Conn, sfs []observe.Subflow, what string) bool {
-	if r.WorthTrial <= 0 || ps.worthChecked || c.BytesAcked == 0 || c.BytesSent < c.BytesAcked+rampBusy {
+	if r.WorthTrial <= 0 || ps.worthTrials >= r.WorthTrials || c.BytesAcked == 0 || c.BytesSent < c.BytesAcked+rampBusy {
 		return false
 	}
 	if len(r.WorthCC) > 0 && !slices.ContainsFunc(sfs, func(sf observe.Subflow) bool { return slices.Contains(r.WorthCC, sf.CC) }) {
 		return false
 	}
-	ps.worthChecked, ps.with, ps.others = true, 0, 0
-	ps.state, ps.since, ps.probeStart, ps.probeUntil = "trial", now, now, now.Add(r.WorthTrial)
-	ps.why = fmt.Sprintf("judged in use for %s: the receiver reports %s; does the connection deliver more with it than its other paths alone?",
-		r.WorthTrial, what)
+	length := r.WorthTrial << ps.worthTrials
+	ps.worthTrials++
+	ps.with, ps.others = 0, 0
+	ps.state, ps.since, ps.probeStart, ps.probeUntil = "trial", now, now, now.Add(length)
+	ps.why = fmt.Sprintf("judged in use for %s (trial %d of %d): the receiver reports %s; does the connection deliver more with it than its other paths alone?",
+		length, ps.worthTrials, r.WorthTrials, what)
 	return true
 }
 
 // endWorthTrial judges a path's trial: kept in use if the connection
 // delivered in order WorthGain more than its other paths did on their
 // own. While no two samples fall in the trial (the daemon decided between
-// samples), it goes on, up to twice its length.
+// samples), it goes on, up to twice its length. A failed trial after the
+// first doubles the hold.
 func (r *RAMPTCP) endWorthTrial(now time.Time, ps *rampPath, st *rampConn, k rampKey, what string) {
 	with, others, ok := st.delivered(ps.probeStart.Add(rampSettle), k)
-	if !ok && now.Before(ps.probeUntil.Add(r.WorthTrial)) {
+	if !ok && now.Before(ps.probeUntil.Add(ps.probeUntil.Sub(ps.probeStart))) {
 		ps.why = "judged in use until the connection's delivery is sampled: " + what
 		return
 	}
@@ -684,11 +701,18 @@ func (r *RAMPTCP) endWorthTrial(now time.Time, ps *rampPath, st *rampConn, k ram
 		ps.why = fmt.Sprintf("kept despite its loss (%s): the connection delivered %s with it, its other paths %s alone", what, mbit(with), mbit(others))
 		return
 	}
+	if ps.worthTrials > 1 {
+		ps.hold = min(2*ps.hold, r.MaxHold)
+	}
 	ps.state, ps.since = "inactive", now
 	ps.inactivations++
 	ps.lastInactive = now
-	ps.why = fmt.Sprintf("inactive: it did not pay in use (the connection delivered %s with it, its other paths %s alone; %s); hold %s",
-		mbitOrUnknown(with, ok), mbitOrUnknown(others, ok), what, ps.hold)
+	next := "no more trials while its reports stay bad"
+	if ps.worthTrials < r.WorthTrials {
+		next = "then its next trial"
+	}
+	ps.why = fmt.Sprintf("inactive: it did not pay in use (the connection delivered %s with it, its other paths %s alone; %s); hold %s, %s",
+		mbitOrUnknown(with, ok), mbitOrUnknown(others, ok), what, ps.hold, next)
 }
 
 // rampToleratedWindow: what a tolerated path's connection delivers is
@@ -709,7 +733,7 @@ func (r *RAMPTCP) tolerated(now time.Time, ps *rampPath, st *rampConn, k rampKey
 	case ps.goodSince.IsZero():
 		ps.goodSince = now
 	case now.Sub(ps.goodSince) >= r.Hold:
-		ps.state, ps.since, ps.hold, ps.worthChecked = "active", now, r.Hold, false
+		ps.state, ps.since, ps.hold, ps.worthTrials = "active", now, r.Hold, 0
 		ps.why = fmt.Sprintf("active again: good reports for %s (%s)", r.Hold, what)
 		return
 	}
@@ -723,7 +747,7 @@ func (r *RAMPTCP) tolerated(now time.Time, ps *rampPath, st *rampConn, k rampKey
 		return
 	}
 	ps.hold = min(2*ps.hold, r.MaxHold)
-	ps.state, ps.since = "inactive", now
+	ps.state, ps.since, ps.worthTrials = "inactive", now, r.WorthTrials
 	ps.inactivations++
 	ps.lastInactive = now
 	ps.why = fmt.Sprintf("inactive: kept despite its loss, the connection now delivers %s with it, less than its other paths alone (%s; %s); hold %s",

@@ -217,6 +217,8 @@ func TestRAMPTCPConfig(t *testing.T) {
 		{"{name: ramptcp, signal: radio}", "signal"},
 		{"{name: ramptcp, worth_trial: 0s, worth_gain: 20%, worth_cc: [bbr, bbr3]}", ""},
 		{"{name: ramptcp, worth_gain: 2}", "worth_gain"},
+		{"{name: ramptcp, worth_trials: 1}", ""},
+		{"{name: ramptcp, worth_trials: 0}", "worth_trials"},
 		{"{name: ramptcp, notsent_lowat_except: []}", ""},
 		{"{name: ramptcp, notsent_lowat_except: [bbr, bbr2, bbr3, tcp-x_1]}", ""},
 		{"{name: ramptcp, notsent_lowat_except: [a, b, c, d, e]}", "notsent_lowat_except: 5 congestion controls; at most 4"},
@@ -363,29 +365,32 @@ func TestRAMPTCPKeepsALossyPathThatPays(t *testing.T) {
 }
 
 // A lossy path that does not pay (its holes hold the connection up) fails
-// its trial and stays aside; the trial is the only time it carries once
-// its report turned bad. With the check off, a loss-based congestion
+// its trials and stays aside; its three trials (300 ms, then 600 ms and
+// 1.2 s, each after its hold) are the only time it carries once its
+// report turned bad. With the check off, a loss-based congestion
 // control, or a connection with little in flight (idle), it goes aside at
 // once.
 func TestRAMPTCPSetsAsideALossyPathThatDoesNotPay(t *testing.T) {
 	r := testRAMPTCP()
-	backup := rampDelivery(t, r, 120, func(i int, inUse bool) (float64, float64) {
+	backup := rampDelivery(t, r, 300, func(i int, inUse bool) (float64, float64) {
 		if inUse {
 			return mbitps(17), mbitps(18)
 		}
 		return mbitps(18), mbitps(18)
 	})
-	inUse := 0
-	for _, b := range backup {
+	inUse, last := 0, 0
+	for i, b := range backup {
 		if !b {
-			inUse++
+			inUse, last = inUse+1, i
 		}
 	}
-	if inUse == 0 || inUse > 7 {
-		t.Fatalf("in use %d of %d rounds, want only its trial (300 ms)", inUse, len(backup))
+	// 2.1 s of trials are 42 rounds of 50 ms (each trial's end is judged
+	// in the round after it).
+	if inUse < 42 || inUse > 46 || last > 120 {
+		t.Fatalf("in use %d of %d rounds, the last at round %d; want only its three trials (2.1 s), over within 6 s", inUse, len(backup), last)
 	}
-	if st := r.Status().([]RAMPTCPConnStatus)[0].Paths[1]; st.State != "inactive" || st.Inactivations != 1 || st.OthersMbit == nil {
-		t.Fatalf("after its trial: %+v, want inactive once, with the trial's rates", st)
+	if st := r.Status().([]RAMPTCPConnStatus)[0].Paths[1]; st.State != "inactive" || st.Inactivations != 3 || st.OthersMbit == nil {
+		t.Fatalf("after its trials: %+v, want inactive three times, with the last trial's rates", st)
 	}
 	// Off, idle, or a loss-based congestion control: no trial at all,
 	// though the path would pay.
@@ -415,6 +420,40 @@ func TestRAMPTCPSetsAsideALossyPathThatDoesNotPay(t *testing.T) {
 				t.Fatalf("%s: in use at round %d while the last hop says bad", tc.name, i)
 			}
 		}
+	}
+}
+
+// One trial right after a path turns lossy is noisy: a path that shows no
+// gain in its first trial (300 ms) and pays in its second (600 ms, after
+// its hold of 1 s) is kept in use from then on.
+func TestRAMPTCPRetriesAFailedTrial(t *testing.T) {
+	r := testRAMPTCP()
+	uses := 0 // rounds in use so far
+	backup := rampDelivery(t, r, 120, func(i int, inUse bool) (float64, float64) {
+		if !inUse {
+			return mbitps(18), mbitps(18)
+		}
+		uses++
+		if uses <= 7 { // the first trial and the round that judges it
+			return mbitps(19), mbitps(18)
+		}
+		return mbitps(30), mbitps(18)
+	})
+	first := slices.Index(backup, true)
+	if first < 0 || first > 8 {
+		t.Fatalf("first trial: set aside at round %d, want after its 300 ms", first)
+	}
+	back := first + slices.Index(backup[first:], false)
+	if back < first+19 || back > first+22 {
+		t.Fatalf("second trial at round %d, want at the end of the 1 s hold (round %d)", back, first+20)
+	}
+	for i := back; i < len(backup); i++ {
+		if backup[i] {
+			t.Fatalf("set aside at round %d after a second trial in which it paid", i)
+		}
+	}
+	if st := r.Status().([]RAMPTCPConnStatus)[0].Paths[1]; st.State != "tolerated" || st.Inactivations != 1 {
+		t.Fatalf("after its second trial: %+v, want tolerated, inactive once", st)
 	}
 }
 
