@@ -216,16 +216,24 @@ func TestHealthReportsEndToEnd(t *testing.T) {
 	}
 }
 
+// bbrReportedUpload starts the lab's two paths under BBR, the server
+// reporting from the lab's last hops and the client running ramptcp, and
+// an upload, and waits until n bytes have arrived.
+func bbrReportedUpload(t *testing.T, n int64) (*labworld.World, *testutil.Daemon, *watchedUpload) {
+	t.Helper()
+	w := labtest.World(t, strings.ReplaceAll(healthPaths, "cc: reno", "cc: bbr"), "mptcp")
+	_, cli := startReportingPair(t, w, "lab")
+	u := startUpload(t, w)
+	u.receive(n, 10*time.Second)
+	return w, cli, u
+}
+
 // Under BBR a randomly lossy path keeps delivering: when the receiver
 // reports it bad, it is judged in use, and kept in use despite its loss
 // because the connection delivers more with it than path a alone
 // (docs/daemon.md, "A lossy path that still pays").
 func TestHealthKeepsALossyPathThatPaysUnderBBR(t *testing.T) {
-	paths := strings.ReplaceAll(healthPaths, "cc: reno", "cc: bbr")
-	w := labtest.World(t, paths, "mptcp")
-	_, cli := startReportingPair(t, w, "lab")
-	u := startUpload(t, w)
-	u.receive(5<<20, 10*time.Second)
+	w, cli, u := bbrReportedUpload(t, 5<<20)
 	// BBR's subflows keep the kernel's unsent queue (notsent_lowat_except).
 	testutil.Eventually(t, 10*time.Second, healthyClient(cli, func(st *api.Status) error { return lowatAsWanted(st, false) }))
 	conns, err := u.s.Conns()
@@ -281,11 +289,7 @@ func TestHealthKeepsALossyPathThatPaysUnderBBR(t *testing.T) {
 // ramptcp-loss-bbr run the policy let go of its connection every few
 // seconds while its lossy path was set aside.)
 func TestHealthUnchangedReportsStayFresh(t *testing.T) {
-	paths := strings.ReplaceAll(healthPaths, "cc: reno", "cc: bbr")
-	w := labtest.World(t, paths, "mptcp")
-	_, cli := startReportingPair(t, w, "lab")
-	u := startUpload(t, w)
-	u.receive(2<<20, 10*time.Second)
+	_, cli, _ := bbrReportedUpload(t, 2<<20)
 	reported := func(st *api.Status) error {
 		for _, sf := range subflowsOf(st) {
 			if sf.Health == nil || sf.Health.Direction != "received" {
