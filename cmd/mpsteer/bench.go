@@ -49,6 +49,9 @@ var benchmarks = []benchmark{
 	{"twopath-short-10ms", "the same with a path at 10 ms one way: delays 0/10, 10/0, 10/10, 10/25 and 25/10 ms (30 cases, lab runs, ~10 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short-10ms"), "mpsteer bench twopath-short-10ms", bench.MidTwoPathCases(), progress)
 	})},
+	{"twopath-short-cubic", "twopath-short with both hosts on CUBIC (24 cases, lab runs, ~8 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
+		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short-cubic"), "mpsteer bench twopath-short-cubic", bench.WithCC(bench.ShortTwoPathCases(), "cubic"), progress)
+	})},
 	{"rate", "each way of holding a subflow to a rate (pacing, rwnd, cc) on one upload: accuracy, settling after a cut, queueing, lift (lab runs, ~1 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.Rate(ctx, bin, filepath.Join(out, "rate"), progress)
 	})},

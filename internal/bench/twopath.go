@@ -24,18 +24,20 @@ type TwoPathCase struct {
 	// TCPPath: the path the tcp variant runs over, the better one (a when
 	// empty).
 	TCPPath string
+	// CC: the congestion control of both hosts (empty: the lab's, BBR).
+	CC string
 }
 
 // TwoPathCases are the cases `mpsteer bench twopath` runs: equal and
 // unequal rates, equal and unequal delays, long transfers and 8 MiB ones.
 var TwoPathCases = []TwoPathCase{
-	{"equal-long", "100mbit", "100mbit", "10ms", "10ms", "", "10s", 1, "equal paths, 10 s", ""},
-	{"rates-long", "100mbit", "30mbit", "10ms", "10ms", "", "10s", 1, "100 and 30 Mbit/s, equal delays, 10 s", ""},
-	{"delays-long", "100mbit", "100mbit", "5ms", "25ms", "", "10s", 1, "equal rates, 5 and 25 ms, 10 s", ""},
-	{"both-long", "100mbit", "40mbit", "5ms", "25ms", "", "10s", 1, "100 and 40 Mbit/s, 5 and 25 ms, 10 s", ""},
-	{"equal-8mib", "100mbit", "100mbit", "10ms", "10ms", "8MiB", "", 5, "equal paths, 8 MiB", ""},
-	{"rates-8mib", "100mbit", "30mbit", "10ms", "10ms", "8MiB", "", 5, "100 and 30 Mbit/s, equal delays, 8 MiB", ""},
-	{"delays-8mib", "100mbit", "100mbit", "5ms", "25ms", "8MiB", "", 5, "equal rates, 5 and 25 ms, 8 MiB", ""},
+	{"equal-long", "100mbit", "100mbit", "10ms", "10ms", "", "10s", 1, "equal paths, 10 s", "", ""},
+	{"rates-long", "100mbit", "30mbit", "10ms", "10ms", "", "10s", 1, "100 and 30 Mbit/s, equal delays, 10 s", "", ""},
+	{"delays-long", "100mbit", "100mbit", "5ms", "25ms", "", "10s", 1, "equal rates, 5 and 25 ms, 10 s", "", ""},
+	{"both-long", "100mbit", "40mbit", "5ms", "25ms", "", "10s", 1, "100 and 40 Mbit/s, 5 and 25 ms, 10 s", "", ""},
+	{"equal-8mib", "100mbit", "100mbit", "10ms", "10ms", "8MiB", "", 5, "equal paths, 8 MiB", "", ""},
+	{"rates-8mib", "100mbit", "30mbit", "10ms", "10ms", "8MiB", "", 5, "100 and 30 Mbit/s, equal delays, 8 MiB", "", ""},
+	{"delays-8mib", "100mbit", "100mbit", "5ms", "25ms", "8MiB", "", 5, "equal rates, 5 and 25 ms, 8 MiB", "", ""},
 }
 
 // ShortTwoPathCases are the cases `mpsteer bench twopath-short` runs
@@ -55,6 +57,17 @@ func ShortTwoPathCases() []TwoPathCase {
 // 10 ms path).
 func MidTwoPathCases() []TwoPathCase {
 	return shortCases([][2]int{{0, 10}, {10, 0}, {10, 10}, {10, 25}, {25, 10}})
+}
+
+// WithCC is the cases with both hosts on the congestion control cc (the
+// CUBIC twins of the benches: many hosts run it).
+func WithCC(cases []TwoPathCase, cc string) []TwoPathCase {
+	out := make([]TwoPathCase, len(cases))
+	for i, c := range cases {
+		c.CC, c.About = cc, c.About+", "+cc
+		out[i] = c
+	}
+	return out
 }
 
 // shortCases is the grid of short transfers over the given one-way delay
@@ -114,9 +127,13 @@ func (c TwoPathCase) scenario() string {
 	if tcp == "" {
 		tcp = "a"
 	}
+	hosts := ""
+	if c.CC != "" {
+		hosts = fmt.Sprintf("hosts:\n  client: {cc: %s}\n  server: {cc: %s}\n", c.CC, c.CC)
+	}
 	return fmt.Sprintf(`name: twopath-%s
 description: "dynthresh against default MPTCP: %s"
-paths:
+%spaths:
   - {name: a, rate: %s, delay: %s, queue: 200pkt}
   - {name: b, rate: %s, delay: %s, queue: 200pkt}
 traffic:
@@ -128,7 +145,7 @@ variants:
     kind: mptcp
     daemon:
       client: {policies: [{name: dynthresh}]}
-`, c.Name, c.About, c.RateA, c.DelayA, c.RateB, c.DelayB, traffic, tcp)
+`, c.Name, c.About, hosts, c.RateA, c.DelayA, c.RateB, c.DelayB, traffic, tcp)
 }
 
 // TwoPath runs the cases (each variant in a fresh lab world) and writes

@@ -51,6 +51,20 @@ func TestTwoPathCasesAreValidScenarios(t *testing.T) {
 			t.Fatalf("case %s: TCP not over path %s", name, want)
 		}
 	}
+	// The CUBIC twins: the same cases, both hosts on CUBIC, the lab's
+	// default (BBR) left alone in the originals.
+	for i, c := range WithCC(short, "cubic") {
+		s, err := scenario.Parse("twopath-"+c.Name+".yaml", []byte(c.scenario()))
+		if err != nil {
+			t.Fatalf("cubic case %s: %v", c.Name, err)
+		}
+		if c.Name != short[i].Name || s.Client.CC != "cubic" || s.Server.CC != "cubic" {
+			t.Fatalf("cubic case %s: cc %q and %q", c.Name, s.Client.CC, s.Server.CC)
+		}
+		if o, _ := scenario.Parse("x.yaml", []byte(short[i].scenario())); o.Client.CC != "" {
+			t.Fatalf("case %s: cc %q, want the lab's default", c.Name, o.Client.CC)
+		}
+	}
 	c := short[len(short)-1]
 	if c.Name != "r5-15-d25-25-16mib" || c.RateA != "5mbit" || c.DelayB != "25ms" || c.Size != "16MiB" {
 		t.Fatalf("last short case %+v", c)
