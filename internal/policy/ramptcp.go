@@ -158,6 +158,15 @@ type rampPath struct {
 	goodSince time.Time
 }
 
+// inactivate sets the path aside (backup) from now, counted in its
+// status, for why; its hold is the caller's to set first.
+func (ps *rampPath) inactivate(now time.Time, why string) {
+	ps.state, ps.since = "inactive", now
+	ps.inactivations++
+	ps.lastInactive = now
+	ps.why = why
+}
+
 type rampConn struct {
 	paths map[rampKey]*rampPath
 	// acked: the connection's in-order delivery (DATA_ACKed bytes) and
@@ -536,11 +545,8 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 				break
 			}
 			if bad {
-				ps.state, ps.since = "inactive", now
-				ps.inactivations++
-				ps.lastInactive = now
-				ps.why = fmt.Sprintf("inactive: the receiver reports %s (limits: loss %.1f%%, last hop %.1f%%); hold %s",
-					what, 100*float64(r.LossHigh), 100*float64(r.HealthLow), ps.hold)
+				ps.inactivate(now, fmt.Sprintf("inactive: the receiver reports %s (limits: loss %.1f%%, last hop %.1f%%); hold %s",
+					what, 100*float64(r.LossHigh), 100*float64(r.HealthLow), ps.hold))
 			}
 		case "trial":
 			if !now.Before(ps.probeUntil) {
@@ -574,17 +580,13 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 			switch {
 			case recent && bad:
 				ps.hold = min(2*ps.hold, r.MaxHold)
-				ps.state, ps.since = "inactive", now
-				ps.inactivations++
-				ps.lastInactive = now
-				ps.why = fmt.Sprintf("inactive again: the probe brought %s; hold %s", what, ps.hold)
+				ps.inactivate(now, fmt.Sprintf("inactive again: the probe brought %s; hold %s", what, ps.hold))
 			case !now.Before(ps.probeUntil) && recent && good:
 				ps.state, ps.since, ps.hold, ps.worthTrials = "active", now, r.Hold, 0
 				ps.why = "active again: the probe brought " + what
 			case !now.Before(ps.probeUntil):
 				ps.hold = min(2*ps.hold, r.MaxHold)
-				ps.state, ps.since = "inactive", now
-				ps.why = fmt.Sprintf("inactive: the probe brought no good report (%s); hold %s", what, ps.hold)
+				ps.inactivate(now, fmt.Sprintf("inactive: the probe brought no good report (%s); hold %s", what, ps.hold))
 			default:
 				ps.why = fmt.Sprintf("probing for %s more: %s", fmtMs(ps.probeUntil.Sub(now)), what)
 			}
@@ -704,15 +706,12 @@ func (r *RAMPTCP) endWorthTrial(now time.Time, ps *rampPath, st *rampConn, k ram
 	if ps.worthTrials > 1 {
 		ps.hold = min(2*ps.hold, r.MaxHold)
 	}
-	ps.state, ps.since = "inactive", now
-	ps.inactivations++
-	ps.lastInactive = now
 	next := "no more trials while its reports stay bad"
 	if ps.worthTrials < r.WorthTrials {
 		next = "then its next trial"
 	}
-	ps.why = fmt.Sprintf("inactive: it did not pay in use (the connection delivered %s with it, its other paths %s alone; %s); hold %s, %s",
-		mbitOrUnknown(with, ok), mbitOrUnknown(others, ok), what, ps.hold, next)
+	ps.inactivate(now, fmt.Sprintf("inactive: it did not pay in use (the connection delivered %s with it, its other paths %s alone; %s); hold %s, %s",
+		mbitOrUnknown(with, ok), mbitOrUnknown(others, ok), what, ps.hold, next))
 }
 
 // rampToleratedWindow: what a tolerated path's connection delivers is
@@ -747,11 +746,9 @@ func (r *RAMPTCP) tolerated(now time.Time, ps *rampPath, st *rampConn, k rampKey
 		return
 	}
 	ps.hold = min(2*ps.hold, r.MaxHold)
-	ps.state, ps.since, ps.worthTrials = "inactive", now, r.WorthTrials
-	ps.inactivations++
-	ps.lastInactive = now
-	ps.why = fmt.Sprintf("inactive: kept despite its loss, the connection now delivers %s with it, less than its other paths alone (%s; %s); hold %s",
-		mbit(with), mbit(others), what, ps.hold)
+	ps.worthTrials = r.WorthTrials
+	ps.inactivate(now, fmt.Sprintf("inactive: kept despite its loss, the connection now delivers %s with it, less than its other paths alone (%s; %s); hold %s",
+		mbit(with), mbit(others), what, ps.hold))
 }
 
 func mbitOrUnknown(bps float64, ok bool) string {

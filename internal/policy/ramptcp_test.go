@@ -116,6 +116,32 @@ func TestRAMPTCPHysteresis(t *testing.T) {
 	}
 }
 
+// A probe whose reports are neither bad nor good (loss between the two
+// limits) ends with the path inactive again, its hold doubled, and counts
+// as an inactivation like a probe that brought a bad report.
+func TestRAMPTCPProbeWithoutAVerdict(t *testing.T) {
+	r := testRAMPTCP()
+	c := &clock{t: time.Unix(100, 0)}
+	step := func(loss float64) bool {
+		c.add(50 * ms)
+		return backups(t, r.Decide(rampSnap(c, report(0, c.t, 0, -1), report(1, c.t, loss, -1))))["10.2.0.1"]
+	}
+	if !step(0.2) {
+		t.Fatal("not inactive on a bad report")
+	}
+	probed := false
+	for i := 0; i < 40; i++ { // the hold (1 s), the probe (300 ms), and more
+		if !step(0.05) {
+			probed = true
+		}
+	}
+	st := r.Status().([]RAMPTCPConnStatus)[0].Paths[1]
+	if !probed || st.State != "inactive" || st.Probes != 1 || st.HoldMs != 2000 || st.Inactivations != 2 ||
+		!strings.Contains(st.Reason, "no good report") {
+		t.Fatalf("after a probe at 5%% loss: probed %v, %+v; want inactive again after one probe, hold 2s, 2 inactivations", probed, st)
+	}
+}
+
 // Both paths bad: the healthiest stays active.
 func TestRAMPTCPKeepsOnePath(t *testing.T) {
 	r := testRAMPTCP()
