@@ -43,6 +43,9 @@ var benchmarks = []benchmark{
 	{"twopath", "dynthresh against default MPTCP in two-path cases where both paths help (lab runs, ~5 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath"), "mpsteer bench twopath", bench.TwoPathCases, progress)
 	})},
+	{"twopath-cubic", "twopath with both hosts on CUBIC (lab runs, ~5 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
+		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-cubic"), "mpsteer bench twopath-cubic", bench.WithCC(bench.TwoPathCases, "cubic"), progress)
+	})},
 	{"twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 and 25 ms (24 cases, lab runs, ~8 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short"), "mpsteer bench twopath-short", bench.ShortTwoPathCases(), progress)
 	})},
