@@ -11,8 +11,8 @@ import (
 )
 
 // userKeys are what a user must say in any case (which paths, which
-// uplinks, which cgroup): not tuning, so not listed.
-var userKeys = map[string]bool{"name": true, "paths": true, "interfaces": true, "shared": true, "from": true, "via": true, "cgroup": true}
+// uplinks, which cgroup, limit's caps): not tuning, so not listed.
+var userKeys = map[string]bool{"name": true, "paths": true, "interfaces": true, "shared": true, "from": true, "via": true, "cgroup": true, "rates": true}
 
 // TestScenarioKeysAreDocumented: every policy key a shipped scenario sets
 // (beyond what the user must give) has its row in docs/daemon.md's
