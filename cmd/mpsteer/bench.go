@@ -40,27 +40,25 @@ var benchmarks = []benchmark{
 	{"overhead", "chains' time as a share of transmission time, 1 to 10 000 concurrent MPTCP flows, by chain length and selection granularity (eMPTCP Figs. 5b and 5c; ~10 min; plots beside the JSON)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.Overhead(ctx, bench.OverheadOptions{Out: out, Binary: bin}, progress)
 	})},
-	{"twopath", "dynthresh against default MPTCP in two-path cases where both paths help (lab runs, ~5 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
-		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath"), "mpsteer bench twopath", bench.TwoPathCases, progress)
-	})},
-	{"twopath-cubic", "twopath with both hosts on CUBIC (lab runs, ~5 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
-		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-cubic"), "mpsteer bench twopath-cubic", bench.WithCC(bench.TwoPathCases, "cubic"), progress)
-	})},
-	{"twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 and 25 ms (24 cases, lab runs, ~8 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
-		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short"), "mpsteer bench twopath-short", bench.ShortTwoPathCases(), progress)
-	})},
-	{"twopath-short-10ms", "the same with a path at 10 ms one way: delays 0/10, 10/0, 10/10, 10/25 and 25/10 ms (30 cases, lab runs, ~10 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
-		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short-10ms"), "mpsteer bench twopath-short-10ms", bench.MidTwoPathCases(), progress)
-	})},
-	{"twopath-short-cubic", "twopath-short with both hosts on CUBIC (24 cases, lab runs, ~8 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
-		return bench.TwoPath(ctx, bin, filepath.Join(out, "twopath-short-cubic"), "mpsteer bench twopath-short-cubic", bench.WithCC(bench.ShortTwoPathCases(), "cubic"), progress)
-	})},
+	twoPathBench("twopath", "dynthresh against default MPTCP in two-path cases where both paths help (lab runs, ~5 min)", bench.TwoPathCases),
+	twoPathBench("twopath-cubic", "twopath with both hosts on CUBIC (lab runs, ~5 min)", bench.WithCC(bench.TwoPathCases, "cubic")),
+	twoPathBench("twopath-short", "dynthresh against default MPTCP on 8 and 16 MiB transfers over two paths at 10/10, 15/5 and 5/15 Mbit/s, one-way delays 0 and 25 ms (24 cases, lab runs, ~8 min)", bench.ShortTwoPathCases()),
+	twoPathBench("twopath-short-10ms", "the same with a path at 10 ms one way: delays 0/10, 10/0, 10/10, 10/25 and 25/10 ms (30 cases, lab runs, ~10 min)", bench.MidTwoPathCases()),
+	twoPathBench("twopath-short-cubic", "twopath-short with both hosts on CUBIC (24 cases, lab runs, ~8 min)", bench.WithCC(bench.ShortTwoPathCases(), "cubic")),
 	{"rate", "each way of holding a subflow to a rate (pacing, rwnd, cc) on one upload: accuracy, settling after a cut, queueing, lift (lab runs, ~1 min)", withSelf(func(ctx context.Context, bin, out string) (any, error) {
 		return bench.Rate(ctx, bin, filepath.Join(out, "rate"), progress)
 	})},
 }
 
 func progress(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
+
+// twoPathBench is a bench of two-path cases (dynthresh against default
+// MPTCP), its runs under OUT/name.
+func twoPathBench(name, about string, cases []bench.TwoPathCase) benchmark {
+	return benchmark{name, about, withSelf(func(ctx context.Context, bin, out string) (any, error) {
+		return bench.TwoPath(ctx, bin, filepath.Join(out, name), "mpsteer bench "+name, cases, progress)
+	})}
+}
 
 // withSelf is a benchmark run that starts this binary again (the daemon,
 // the lab's emulator): it is handed the path of the running executable.
