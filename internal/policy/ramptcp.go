@@ -167,6 +167,14 @@ func (ps *rampPath) inactivate(now time.Time, why string) {
 	ps.why = why
 }
 
+// activate puts the path back in use from now, its hold and its trials
+// reset (a path is tried for its worth afresh once it has been good), for
+// why.
+func (ps *rampPath) activate(now time.Time, hold time.Duration, why string) {
+	ps.state, ps.since, ps.hold, ps.worthTrials = "active", now, hold, 0
+	ps.why = why
+}
+
 type rampConn struct {
 	paths map[rampKey]*rampPath
 	// acked: the connection's in-order delivery (DATA_ACKed bytes) and
@@ -582,8 +590,7 @@ func (r *RAMPTCP) decideConn(now time.Time, c *Conn, st *rampConn) ([]Action, *R
 				ps.hold = min(2*ps.hold, r.MaxHold)
 				ps.inactivate(now, fmt.Sprintf("inactive again: the probe brought %s; hold %s", what, ps.hold))
 			case !now.Before(ps.probeUntil) && recent && good:
-				ps.state, ps.since, ps.hold, ps.worthTrials = "active", now, r.Hold, 0
-				ps.why = "active again: the probe brought " + what
+				ps.activate(now, r.Hold, "active again: the probe brought "+what)
 			case !now.Before(ps.probeUntil):
 				ps.hold = min(2*ps.hold, r.MaxHold)
 				ps.inactivate(now, fmt.Sprintf("inactive: the probe brought no good report (%s); hold %s", what, ps.hold))
@@ -732,8 +739,7 @@ func (r *RAMPTCP) tolerated(now time.Time, ps *rampPath, st *rampConn, k rampKey
 	case ps.goodSince.IsZero():
 		ps.goodSince = now
 	case now.Sub(ps.goodSince) >= r.Hold:
-		ps.state, ps.since, ps.hold, ps.worthTrials = "active", now, r.Hold, 0
-		ps.why = fmt.Sprintf("active again: good reports for %s (%s)", r.Hold, what)
+		ps.activate(now, r.Hold, fmt.Sprintf("active again: good reports for %s (%s)", r.Hold, what))
 		return
 	}
 	with, others, ok := st.delivered(now.Add(-rampToleratedWindow), k)
