@@ -89,6 +89,7 @@ type endpointFlags struct {
 	// others, said once each.
 	unmanaged map[netip.Addr]bool
 	recheck   bool
+	joining   []observe.Subflow // the last round's (Joining)
 	// reopening: addresses whose endpoint the policies want re-added
 	// (reopen.go); reopenIDs the two ids each is re-added under in turn,
 	// its own and a spare one.
@@ -134,6 +135,8 @@ func NewEndpointFlags(c PM, gate *Gate, state *crashstate.File, scope Scope, rea
 func (a *endpointFlags) Mode() string     { return "endpoint" }
 func (a *endpointFlags) SetScope(s Scope) { a.scope = s }
 func (a *endpointFlags) Recheck() bool    { return a.recheck }
+
+func (a *endpointFlags) Joining() []observe.Subflow { return a.joining }
 
 // readEndpoints lists the endpoints when asked to or never read.
 func (a *endpointFlags) readEndpoints(refresh bool) error {
@@ -244,7 +247,7 @@ func (a *endpointFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obse
 	for i := range est {
 		a.lastUsed[est[i].Local.Addr().Unmap()]++
 	}
-	a.recheck = stillJoining
+	a.recheck, a.joining = len(stillJoining) > 0, stillJoining
 	a.want, a.reasons = want, reason
 	managed := a.scope.managedFunc()
 	for addr := range want {
@@ -534,11 +537,11 @@ func (a *endpointFlags) Endpoints() []api.EndpointStatus {
 // that says why. A subflow no policy decides on keeps its address usable
 // (fail open) once any policy decides on the address. stale marks
 // addresses with a subflow whose own flag disagrees and whose join has
-// completed (the kernel would send it an MP_PRIO now); joining reports a
-// subflow that disagrees but whose join has not (one sent now would miss
-// it). One pass, the addresses in a short list: it runs over every
+// completed (the kernel would send it an MP_PRIO now); joining is the
+// subflows that disagree but whose join has not (one sent now would miss
+// them). One pass, the addresses in a short list: it runs over every
 // subflow every round.
-func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow) (want map[netip.Addr]bool, reason, who map[netip.Addr]string, stale map[netip.Addr]bool, joining bool) {
+func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflow) (want map[netip.Addr]bool, reason, who map[netip.Addr]string, stale map[netip.Addr]bool, joining []observe.Subflow) {
 	type per struct {
 		addr            netip.Addr
 		decided         bool
@@ -546,7 +549,8 @@ func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflo
 		undecided       int // subflows no policy decides on
 		reason, who     string
 		flagOn, flagOff bool // a decided subflow's own flag (joins completed)
-		joinOn, joinOff bool // the same, joins not completed
+		// joins not completed: those flagged backup and those not
+		joinOn, joinOff []int
 	}
 	var addrs []per
 	for i := range sfs {
@@ -572,9 +576,12 @@ func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflo
 		}
 		// A sampled MP_JOIN subflow whose join has not completed (no
 		// FULLY_ESTABLISHED yet) would miss an MP_PRIO.
-		if sf.Cookie != 0 && sf.MPFlags&observe.FlagJoinLoc != 0 && sf.MPFlags&observe.FlagFullyEst == 0 {
-			p.joinOn = p.joinOn || sf.BackupLocal
-			p.joinOff = p.joinOff || !sf.BackupLocal
+		if sf.JoinIncomplete() {
+			if sf.BackupLocal {
+				p.joinOn = append(p.joinOn, i)
+			} else {
+				p.joinOff = append(p.joinOff, i)
+			}
 			continue
 		}
 		p.flagOn = p.flagOn || sf.BackupLocal
@@ -593,8 +600,12 @@ func wantPerAddress(dec map[policy.SubflowID]policy.Action, sfs []observe.Subflo
 		if p.backup && p.flagOff || !p.backup && p.flagOn {
 			stale[p.addr] = true
 		}
-		if p.backup && p.joinOff || !p.backup && p.joinOn {
-			joining = true
+		late := p.joinOn
+		if p.backup {
+			late = p.joinOff
+		}
+		for _, i := range late {
+			joining = append(joining, sfs[i])
 		}
 	}
 	return want, reason, who, stale, joining

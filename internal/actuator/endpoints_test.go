@@ -294,6 +294,26 @@ func TestRefusedFlagWaitsItsBackoff(t *testing.T) {
 	}
 }
 
+// A joining subflow's own flag is not set before its join has completed
+// (the kernel sends no MP_PRIO before, and refuses): it is reported to be
+// watched instead, and set in the first round that sees the join done.
+func TestSubflowFlagWaitsForTheJoin(t *testing.T) {
+	k := newFakePM()
+	a := NewSubflowFlags(k, &Gate{})
+	sf := est(1, addrB, 40001)
+	sf.BackupLocal, sf.MPFlags = true, observe.FlagJoinLoc // joined as backup, no fourth ACK yet
+	now := time.Unix(100, 0)
+	recs := a.Apply(decide(false, sf), []observe.Subflow{sf}, Round{Now: now, Refresh: true})
+	if len(recs) != 0 || len(k.calls) != 0 || !a.Recheck() || len(a.Joining()) != 1 || a.Joining()[0].Local != sf.Local {
+		t.Fatalf("while joining: records %+v, calls %v, recheck %v, joining %v; want no change and the subflow watched", recs, k.calls, a.Recheck(), a.Joining())
+	}
+	sf.MPFlags |= observe.FlagFullyEst
+	recs = a.Apply(decide(false, sf), []observe.Subflow{sf}, Round{Now: now.Add(2 * time.Millisecond), Refresh: true})
+	if len(recs) != 1 || recs[0].Result != string(policy.Applied) || a.Recheck() || len(a.Joining()) != 0 {
+		t.Fatalf("joined: records %+v, recheck %v, joining %v; want the flag cleared and nothing watched", recs, a.Recheck(), a.Joining())
+	}
+}
+
 // Linux 6.1 refuses a subflow's own flag under the kernel path manager
 // with EINVAL and no reason: the record says why and what to set; under
 // the userspace path manager an EINVAL stays the kernel's.

@@ -76,6 +76,10 @@ type Flags interface {
 	// subflows whose join has), or an address was just made usable: the
 	// daemon should look again soon.
 	Recheck() bool
+	// Joining: the subflows a flag the last round wants has yet to reach
+	// because their join has not completed (as sampled): the daemon
+	// watches them and samples again as soon as it has (joinwatch.go).
+	Joining() []observe.Subflow
 	// Endpoints describes the endpoints the actuator manages (nil when it
 	// sets per-subflow flags).
 	Endpoints() []api.EndpointStatus
@@ -89,6 +93,9 @@ type subflowFlags struct {
 	c       PM
 	gate    *Gate
 	changed map[policy.SubflowID]uint32 // subflow → token, flags changed by us
+	// joining: the last round's subflows whose flag must change and whose
+	// join has not completed (the kernel would refuse the change).
+	joining []observe.Subflow
 	// reopenSaid: a Reopen was reported unsupported.
 	reopenSaid bool
 	// pathManager reads the namespace's path manager (a variable for the
@@ -114,13 +121,15 @@ func (a *subflowFlags) refusal(err error) error {
 }
 
 func (a *subflowFlags) Mode() string                    { return "subflow" }
-func (a *subflowFlags) Recheck() bool                   { return false }
+func (a *subflowFlags) Recheck() bool                   { return len(a.joining) > 0 }
+func (a *subflowFlags) Joining() []observe.Subflow      { return a.joining }
 func (a *subflowFlags) Endpoints() []api.EndpointStatus { return nil }
 func (a *subflowFlags) SetScope(Scope)                  {}
 
 func (a *subflowFlags) Apply(dec map[policy.SubflowID]policy.Action, est []observe.Subflow, r Round) []api.ActionRecord {
 	var acts []api.ActionRecord
 	live := make(map[policy.SubflowID]bool, len(a.changed))
+	a.joining = a.joining[:0]
 	for _, sf := range est {
 		id := policy.ID(sf)
 		d, ok := dec[id]
@@ -138,6 +147,12 @@ func (a *subflowFlags) Apply(dec map[policy.SubflowID]policy.Action, est []obser
 			continue
 		}
 		if sf.BackupLocal == d.Backup {
+			continue
+		}
+		if sf.JoinIncomplete() {
+			// The kernel sends MP_PRIO only once the join has completed
+			// (and refuses before): the daemon watches for that.
+			a.joining = append(a.joining, sf)
 			continue
 		}
 		act := a.set(sf.Token, id, d.Backup, d.Policy, d.Reason, r.Now)

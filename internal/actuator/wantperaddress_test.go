@@ -34,13 +34,13 @@ func TestWantPerAddressFoldsAndSeesJoinsInProgress(t *testing.T) {
 	if reason[a] != "r2" || who[a] != "q" {
 		t.Fatalf("address %v: reason %q by %q, want the usable decision's", a, reason[a], who[a])
 	}
-	if stale[a] || stale[b] || !stillJoining {
+	if stale[a] || stale[b] || len(stillJoining) != 1 || stillJoining[0].Local != b1.Local {
 		t.Fatalf("stale %v, still joining %v: want none stale and b's join reported", stale, stillJoining)
 	}
 	// b's join completes with its flag still set: stale now.
 	b1.MPFlags = joined
 	_, _, _, stale, stillJoining = wantPerAddress(dec, []observe.Subflow{a1, a2, b1})
-	if !stale[b] || stillJoining {
+	if !stale[b] || len(stillJoining) != 0 {
 		t.Fatalf("after the join: stale %v, still joining %v; want b stale", stale, stillJoining)
 	}
 }

@@ -125,7 +125,9 @@ type Daemon struct {
 	// in is where everything that happens is marked (loop.go).
 	in   *inbox
 	loop loopStats
-	ops  *ops
+	// joins: joining subflows an MP_PRIO waits for (joinwatch.go).
+	joins *joinWatch
+	ops   *ops
 	// watched is the config file the watcher follows, once its directory
 	// is watched and its content read (watch.go): a change from then on
 	// is seen.
@@ -156,7 +158,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	d := &Daemon{opts: o, log: log.New(o.Log, "mpsteer: ", log.LstdFlags|log.Lmicroseconds), cfg: cfg,
 		engine: &policy.Engine{Policies: cfg.Policies}, tracker: observe.NewTracker(), pmMode: observe.PathManager(),
-		in: newInbox()}
+		in: newInbox(), joins: newJoinWatch()}
 	d.records.init()
 	d.ops = newOps(d, o)
 	if err := d.ops.start(); err != nil {
@@ -239,6 +241,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	start(func(ctx context.Context) { d.readEvents(ctx, events) })
 	start(d.sampleLoop)
+	start(d.watchJoins)
 	start(d.healthLoop)
 	start(func(ctx context.Context) { watchInterfaces(ctx, d.log, d.in) })
 	d.ops.started(ctx) // config watch, systemd's READY=1

@@ -57,16 +57,19 @@ type inbox struct {
 	all bool
 	// look: an actuator asked to look again (recheck) without a sample.
 	look bool
-	// wantSample asks the sampler for a sample before its next tick;
+	// wantSample asks the sampler for a sample before its next tick,
+	// wantSampleNow for one at once (a join completed, joinwatch.go);
 	// healthWake tells the health poller to look at its work again.
-	wantSample chan struct{}
-	healthWake chan struct{}
+	wantSample    chan struct{}
+	wantSampleNow chan struct{}
+	healthWake    chan struct{}
 	// newInterval tells the sampler the config's interval changed.
 	newInterval chan struct{}
 }
 
 func newInbox() *inbox {
-	return &inbox{wake: make(chan struct{}, 1), wantSample: make(chan struct{}, 1), healthWake: make(chan struct{}, 1), newInterval: make(chan struct{}, 1)}
+	return &inbox{wake: make(chan struct{}, 1), wantSample: make(chan struct{}, 1), wantSampleNow: make(chan struct{}, 1),
+		healthWake: make(chan struct{}, 1), newInterval: make(chan struct{}, 1)}
 }
 
 // mark runs f on the inbox and wakes the loop.
@@ -84,6 +87,15 @@ func (in *inbox) mark(f func(in *inbox)) {
 func (in *inbox) requestSample() {
 	select {
 	case in.wantSample <- struct{}{}:
+	default:
+	}
+}
+
+// sampleNow asks the sampler for a sample at once (it spaces them only
+// by their cost).
+func (in *inbox) sampleNow() {
+	select {
+	case in.wantSampleNow <- struct{}{}:
 	default:
 	}
 }
@@ -257,6 +269,9 @@ func (d *Daemon) round(t taken) {
 			// would leave a just-joined subflow idle for an interval).
 			time.AfterFunc(20*time.Millisecond, d.in.requestSample)
 		}
+		// And the joining ones are watched: sampled again as soon as
+		// their join completes (joinwatch.go).
+		d.joins.add(d.apply.flags.Joining(), d.view.sampledAt)
 		if len(recs) > 0 || d.apply.flags.Recheck() {
 			// Acted, or an MP_PRIO still has to reach a joining subflow:
 			// the next round looks again (quiet.go).

@@ -28,7 +28,7 @@ func testDaemon(t *testing.T, file, src string) *Daemon {
 	}
 	// A kernel with every feature: reloads are checked against it.
 	standIn(t, kernelLike("test", nil, true))
-	d := &Daemon{log: log.New(io.Discard, "", 0), cfg: cfg, engine: &policy.Engine{Policies: cfg.Policies}, in: newInbox()}
+	d := &Daemon{log: log.New(io.Discard, "", 0), cfg: cfg, engine: &policy.Engine{Policies: cfg.Policies}, in: newInbox(), joins: newJoinWatch()}
 	d.records.init()
 	d.ops = newOps(d, Options{MetricsSubflows: -1})
 	// No kernel: caps by rwnd chains, whose actuator loads nothing until

@@ -146,12 +146,24 @@ func (d *Daemon) sampleLoop(ctx context.Context) {
 	defer tick.Stop()
 	var lastCost time.Duration
 	var lastEnd time.Time
-	// deferred: an extra sample asked for too soon is due then.
+	// deferred: an extra sample asked for too soon is due then, when
+	// deferredGap has passed since the last one.
 	var deferred <-chan time.Time
+	var deferredGap time.Duration
 	take := func() {
 		s := d.readSample()
 		lastCost, lastEnd = s.end.Sub(s.start), s.end
 		d.in.mark(func(in *inbox) { in.sample = s })
+	}
+	// ask takes an extra sample once gap has passed since the last one:
+	// at once, or as soon as that allows, not dropped (a joiner would
+	// wait for the next tick).
+	ask := func(gap time.Duration) {
+		if since := time.Since(lastEnd); since >= gap {
+			take()
+		} else if deferred == nil || gap < deferredGap {
+			deferred, deferredGap = time.After(gap-since), gap
+		}
 	}
 	take()
 	for {
@@ -161,17 +173,15 @@ func (d *Daemon) sampleLoop(ctx context.Context) {
 		case <-tick.C:
 			take()
 		case <-d.in.wantSample:
-			gap := max(minSampleGap, lastCost)
-			if since := time.Since(lastEnd); since >= gap {
-				take()
-			} else if deferred == nil {
-				// Taken as soon as that allows, not dropped: a joiner would
-				// wait for the next tick.
-				deferred = time.After(gap - since)
-			}
+			ask(max(minSampleGap, lastCost))
+		case <-d.in.wantSampleNow:
+			// A join the watch saw complete (joinwatch.go): its MP_PRIO
+			// waits for this sample. Spaced only by the last read's cost
+			// (at most half the time in reads), once per join.
+			ask(lastCost)
 		case <-deferred:
 			deferred = nil
-			if time.Since(lastEnd) >= minSampleGap {
+			if time.Since(lastEnd) >= deferredGap {
 				take()
 			}
 		case <-d.in.newInterval:

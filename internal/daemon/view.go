@@ -165,7 +165,6 @@ func carryEvents(sfs, view []observe.Subflow) []observe.Subflow {
 	return sfs
 }
 
-// established keeps the subflows that carry data.
 // joining keeps the subflows whose handshake is under way.
 func joining(sfs []observe.Subflow) []observe.Subflow {
 	var out []observe.Subflow
@@ -177,6 +176,7 @@ func joining(sfs []observe.Subflow) []observe.Subflow {
 	return out
 }
 
+// established keeps the subflows that carry data.
 func established(sfs []observe.Subflow) []observe.Subflow {
 	n := 0
 	for i := range sfs {

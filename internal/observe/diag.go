@@ -59,6 +59,9 @@ type Subflow struct {
 	LastAckRecv  time.Duration // since the last ACK arrived
 	CAState      uint8         // congestion-avoidance state (4 = loss recovery after an RTO)
 	Cookie       uint64        // kernel socket cookie: stable identity
+	// Interface is the index of the device the socket is bound to (0:
+	// none); a subflow from an endpoint with a device is bound to it.
+	Interface uint32
 	// CgroupID is the cgroup v2 id of the socket (the inode number of its
 	// cgroup's directory: the cgroup of the process that made it, which
 	// MPTCP gives every subflow of a connection); 0 when unknown.
@@ -72,6 +75,13 @@ func (s Subflow) Key() string { return s.Local.String() + "-" + s.Remote.String(
 
 // Backup reports whether the local sender treats the subflow as backup.
 func (s Subflow) Backup() bool { return s.BackupLocal || s.BackupRemote }
+
+// JoinIncomplete: an MP_JOIN subflow this host opened whose join has not
+// completed (sampled before the fourth ACK, the peer's answer to the
+// third): it carries nothing yet, and the kernel sends it no MP_PRIO.
+func (s Subflow) JoinIncomplete() bool {
+	return s.Cookie != 0 && s.MPFlags&FlagJoinLoc != 0 && s.MPFlags&FlagFullyEst == 0
+}
 
 // ThroughputEstimate is cwnd·MSS/SRTT in bytes per second (0 if unknown):
 // the metric of the dynamic threshold scheduler.
@@ -305,6 +315,7 @@ func parseSubflow(b []byte) (Subflow, bool) {
 	}
 	sf.State = b[1]
 	sf.Local, sf.Remote = parseAddrs(b)
+	sf.Interface = binary.NativeEndian.Uint32(b[40:])
 	sf.Cookie = uint64(binary.NativeEndian.Uint32(b[44:])) | uint64(binary.NativeEndian.Uint32(b[48:]))<<32
 	isMPTCP := false
 	// The attributes are read in place (a sample reads one message per

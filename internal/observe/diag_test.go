@@ -135,3 +135,104 @@ func TestConnsCarryTheirCgroup(t *testing.T) {
 	}
 	t.Fatalf("connection %s not among %+v", mp, conns)
 }
+
+// Lookup finds one socket again, as sampled, with a sample's fields (a
+// socket bound to a device too: a subflow from an endpoint with one is),
+// and says ErrNoSocket for one that is gone.
+func TestLookupFindsOneSocket(t *testing.T) {
+	testutil.RequireLab(t)
+	ns := fmt.Sprintf("mplook%d", os.Getpid()%100000)
+	if err := netnsutil.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	defer netnsutil.Delete(ns)
+	netnsutil.Sysctl(ns, "net.mptcp.enabled", "1")
+	var mp, plain, bound netip.AddrPort
+	netnsutil.Do(ns, func() error {
+		mp = open(t, "tcp4", "127.0.0.1:0", true)
+		plain = open(t, "tcp6", "[::1]:0", false)
+		bound = openBound(t, "lo")
+		return nil
+	})
+	h, err := netnsutil.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	s, err := observe.NewSampler(int(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	all, err := s.TCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	find := func(local netip.AddrPort) observe.Subflow {
+		for _, sf := range all {
+			if sf.Local == local {
+				return sf
+			}
+		}
+		t.Fatalf("the dump has no socket from %s: %v", local, all)
+		return observe.Subflow{}
+	}
+	for _, local := range []netip.AddrPort{mp, plain, bound} {
+		dumped := find(local)
+		if dumped.MPTCP != (local == mp) || (dumped.Interface != 0) != (local == bound) {
+			t.Fatalf("%s: MPTCP %v, bound to interface %d; want MPTCP only for %s, an interface only for %s", local, dumped.MPTCP, dumped.Interface, mp, bound)
+		}
+		got, err := s.Lookup(dumped)
+		if err != nil {
+			t.Fatalf("lookup %s→%s: %v", dumped.Local, dumped.Remote, err)
+		}
+		if got.Local != dumped.Local || got.Remote != dumped.Remote || got.Cookie != dumped.Cookie || got.MPTCP != dumped.MPTCP ||
+			got.Token != dumped.Token || got.MPFlags != dumped.MPFlags || got.CC != dumped.CC || got.Interface != dumped.Interface || got.SRTT <= 0 {
+			t.Errorf("lookup of %s→%s gave %+v, the dump %+v", dumped.Local, dumped.Remote, got, dumped)
+		}
+	}
+	gone := find(mp)
+	gone.Local = netip.AddrPortFrom(gone.Local.Addr(), gone.Local.Port()+1)
+	other := find(mp)
+	other.Cookie++ // the same four-tuple, another socket
+	for _, sf := range []observe.Subflow{gone, other} {
+		if _, err := s.Lookup(sf); err != observe.ErrNoSocket {
+			t.Errorf("lookup of %s→%s cookie %d, which no socket has: %v, want ErrNoSocket", sf.Local, sf.Remote, sf.Cookie, err)
+		}
+	}
+}
+
+// openBound connects over IPv4 loopback with the client bound to the
+// device dev, both ends open until the test ends.
+func openBound(t *testing.T, dev string) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = syscall.BindToDevice(int(fd), dev) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if sc, ok := <-accepted; ok {
+		t.Cleanup(func() { sc.Close() })
+	}
+	return c.LocalAddr().(*net.TCPAddr).AddrPort()
+}
