@@ -89,9 +89,10 @@ func (w *joinWatch) add(sfs []observe.Subflow, sampled time.Time) {
 
 // step looks at the subflows whose time has come: a completed join (or a
 // subflow gone) leaves the watch, and so does one watched past its time.
-// It says whether a join completed (sample now) and when to look next
-// (zero: nothing is watched).
-func (w *joinWatch) step(now time.Time, look func(observe.Subflow) (observe.Subflow, error)) (completed bool, next time.Time) {
+// It says whether a join completed (sample now), when to look next
+// (zero: nothing is watched), and a lookup's error other than a subflow
+// gone (the subflow stays watched until its time).
+func (w *joinWatch) step(now time.Time, look func(observe.Subflow) (observe.Subflow, error)) (completed bool, next time.Time, lookErr error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for k, j := range w.pending {
@@ -102,6 +103,9 @@ func (w *joinWatch) step(now time.Time, look func(observe.Subflow) (observe.Subf
 			continue
 		}
 		sf, err := look(j.sf)
+		if err != nil && !errors.Is(err, observe.ErrNoSocket) {
+			lookErr = err
+		}
 		switch {
 		case errors.Is(err, observe.ErrNoSocket):
 			delete(w.pending, k)
@@ -118,20 +122,33 @@ func (w *joinWatch) step(now time.Time, look func(observe.Subflow) (observe.Subf
 			next = at
 		}
 	}
-	return completed, next
+	return completed, next, lookErr
 }
 
 // watchJoins runs the watch until ctx ends: it looks when the next
 // subflow is due and asks the sampler for a sample as soon as a join has
-// completed.
+// completed. Its lookups go through a sock_diag socket of their own, so
+// that none waits behind a sample's dump.
 func (d *Daemon) watchJoins(ctx context.Context) {
 	w := d.joins
+	s := d.sampler
+	if own, err := observe.NewSampler(0); err != nil {
+		d.log.Printf("join watch: a sock_diag socket of its own: %v (it shares the sampler's)", err)
+	} else {
+		defer own.Close()
+		s = own
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	said := ""
 	for {
-		completed, next := w.step(time.Now(), d.sampler.Lookup)
+		completed, next, err := w.step(time.Now(), s.Lookup)
 		if completed {
 			d.in.sampleNow()
+		}
+		if err != nil && err.Error() != said {
+			said = err.Error() // once each: it would repeat every millisecond
+			d.log.Printf("join watch: %v (the regular rechecks go on)", err)
 		}
 		var wake <-chan time.Time
 		if !next.IsZero() {

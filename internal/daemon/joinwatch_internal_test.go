@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -28,8 +29,12 @@ func TestJoinWatchLooksWhenTheJoinIsDue(t *testing.T) {
 	completes, gone, late := mk(1), mk(2), mk(3)
 	state := map[uint16]observe.Subflow{1: completes, 3: late} // 2: closed
 	var looked []uint16
+	var failing error // every lookup's, when set
 	look := func(sf observe.Subflow) (observe.Subflow, error) {
 		looked = append(looked, sf.Local.Port())
+		if failing != nil {
+			return observe.Subflow{}, failing
+		}
 		sf, ok := state[sf.Local.Port()]
 		if !ok {
 			return observe.Subflow{}, observe.ErrNoSocket
@@ -41,13 +46,13 @@ func TestJoinWatchLooksWhenTheJoinIsDue(t *testing.T) {
 	from := t0.Add(40*time.Millisecond - joinLead)
 
 	// Too early: nothing looked at, the next look when the first is due.
-	done, next := w.step(t0.Add(10*time.Millisecond), look)
+	done, next, _ := w.step(t0.Add(10*time.Millisecond), look)
 	if done || len(looked) != 0 || !next.Equal(from) {
 		t.Fatalf("early step: completed %v, looked at %v, next %v after the sample; want nothing and %v", done, looked, next.Sub(t0), from.Sub(t0))
 	}
 	// Due: all three looked at; the closed one leaves, the others are
 	// looked at again in joinPoll.
-	done, next = w.step(from, look)
+	done, next, _ = w.step(from, look)
 	if done || len(looked) != 3 || !next.Equal(from.Add(joinPoll)) || len(w.pending) != 2 {
 		t.Fatalf("due step: completed %v, looked at %v, next %v, %d watched; want three looks, two left, next in %v", done, looked, next.Sub(from), len(w.pending), joinPoll)
 	}
@@ -56,7 +61,7 @@ func TestJoinWatchLooksWhenTheJoinIsDue(t *testing.T) {
 	c.MPFlags |= observe.FlagFullyEst
 	state[1] = c
 	looked = nil
-	done, _ = w.step(from.Add(joinPoll), look)
+	done, _, _ = w.step(from.Add(joinPoll), look)
 	if !done || len(w.pending) != 1 {
 		t.Fatalf("after the join: completed %v, %d watched; want a sample and one left", done, len(w.pending))
 	}
@@ -65,13 +70,16 @@ func TestJoinWatchLooksWhenTheJoinIsDue(t *testing.T) {
 	if j := w.pending[joinKey{late.Local, late.Remote}]; !j.from.Equal(from) {
 		t.Fatalf("re-added: watched from %v, want the first %v", j.from.Sub(t0), from.Sub(t0))
 	}
-	// Past its time (due, one more round trip, the grace): let go.
+	// A lookup that fails (not for a subflow gone) is said, and the
+	// subflow stays watched; past its time (due, one more round trip, the
+	// grace) it is let go.
+	failing = errors.New("sock_diag lookup: operation not permitted")
 	until := t0.Add(40*time.Millisecond + late.SRTT + joinGrace)
-	done, next = w.step(until.Add(-time.Microsecond), look)
-	if done || len(w.pending) != 1 || next.IsZero() {
-		t.Fatalf("just before its time: completed %v, %d watched, next %v; want it still watched", done, len(w.pending), next)
+	done, next, err := w.step(until.Add(-time.Microsecond), look)
+	if done || len(w.pending) != 1 || next.IsZero() || err != failing {
+		t.Fatalf("just before its time, the lookup failing: completed %v, %d watched, next %v, error %v; want it still watched and the error said", done, len(w.pending), next, err)
 	}
-	done, next = w.step(until, look)
+	done, next, _ = w.step(until, look)
 	if done || len(w.pending) != 0 || !next.IsZero() {
 		t.Fatalf("at its time: completed %v, %d watched, next %v; want it let go and nothing to look at", done, len(w.pending), next)
 	}
