@@ -116,12 +116,14 @@ demo: deps build
 	$(BIN) lab run scenarios/demo.yaml --out $(OUT)/demo
 
 bench: deps build
+	@scripts/allow-cc.sh
 	$(BIN) bench --out $(OUT)/bench
 
 # Every paper experiment (docs/papers.yaml) with `lab run`, one after
 # another (hours), and one page over them: $(OUT)/reproduce/index.html.
 # `mpsteer lab reproduce --keep` resumes; --index-only redraws the page.
 reproduce: deps build
+	@scripts/allow-cc.sh
 	$(BIN) lab reproduce --runs $(RUNS) --out $(OUT)/reproduce
 
 # Manual pages, from the command tree (what --help says).
