@@ -33,28 +33,15 @@ func open(t *testing.T, network, addr string, mptcp bool) netip.AddrPort {
 // Both ways of dumping (one walk for both families, one per family) see
 // the same sockets: an MPTCP subflow over IPv4 and plain TCP over IPv6.
 func TestSamplerSeesSubflowsAndTCP(t *testing.T) {
-	testutil.RequireLab(t)
-	ns := fmt.Sprintf("mpobs%d", os.Getpid()%100000)
-	if err := netnsutil.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer netnsutil.Delete(ns)
-	netnsutil.Sysctl(ns, "net.mptcp.enabled", "1")
 	var mp, plain netip.AddrPort
-	netnsutil.Do(ns, func() error {
+	fd := mptcpNetns(t, "mpobs", func() {
 		mp = open(t, "tcp4", "127.0.0.1:0", true)
 		plain = open(t, "tcp6", "[::1]:0", false)
-		return nil
 	})
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
 	cg := ownCgroupID(t)
 	var got [2][]string
 	for i, oneWalk := range []bool{true, false} {
-		s, err := observe.NewSampler(int(h))
+		s, err := observe.NewSampler(fd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,6 +71,27 @@ func TestSamplerSeesSubflowsAndTCP(t *testing.T) {
 	}
 }
 
+// mptcpNetns makes a network namespace with MPTCP on (skipping without
+// the lab's privileges), runs open inside it, and returns an open file
+// descriptor of it; both go when the test ends.
+func mptcpNetns(t *testing.T, prefix string, open func()) int {
+	t.Helper()
+	testutil.RequireLab(t)
+	ns := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
+	if err := netnsutil.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netnsutil.Delete(ns) })
+	netnsutil.Sysctl(ns, "net.mptcp.enabled", "1")
+	netnsutil.Do(ns, func() error { open(); return nil })
+	h, err := netnsutil.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return int(h)
+}
+
 // ownCgroupID is the cgroup v2 id of the test process's cgroup.
 func ownCgroupID(t *testing.T) uint64 {
 	t.Helper()
@@ -110,16 +118,13 @@ func ownCgroupID(t *testing.T) uint64 {
 
 // The MPTCP socket (the connection) carries its cgroup too.
 func TestConnsCarryTheirCgroup(t *testing.T) {
-	testutil.RequireLab(t)
-	ns := fmt.Sprintf("mpobc%d", os.Getpid()%100000)
-	if err := netnsutil.Create(ns); err != nil {
+	var mp netip.AddrPort
+	fd := mptcpNetns(t, "mpobc", func() { mp = open(t, "tcp4", "127.0.0.1:0", true) })
+	s, err := observe.NewSampler(fd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer netnsutil.Delete(ns)
-	netnsutil.Sysctl(ns, "net.mptcp.enabled", "1")
-	var mp netip.AddrPort
-	netnsutil.Do(ns, func() error { mp = open(t, "tcp4", "127.0.0.1:0", true); return nil })
-	s := testutil.Sampler(t, ns)
+	defer s.Close()
 	conns, err := s.Conns()
 	if err != nil {
 		t.Fatal(err)
@@ -140,26 +145,13 @@ func TestConnsCarryTheirCgroup(t *testing.T) {
 // socket bound to a device too: a subflow from an endpoint with one is),
 // and says ErrNoSocket for one that is gone.
 func TestLookupFindsOneSocket(t *testing.T) {
-	testutil.RequireLab(t)
-	ns := fmt.Sprintf("mplook%d", os.Getpid()%100000)
-	if err := netnsutil.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer netnsutil.Delete(ns)
-	netnsutil.Sysctl(ns, "net.mptcp.enabled", "1")
 	var mp, plain, bound netip.AddrPort
-	netnsutil.Do(ns, func() error {
+	fd := mptcpNetns(t, "mplook", func() {
 		mp = open(t, "tcp4", "127.0.0.1:0", true)
 		plain = open(t, "tcp6", "[::1]:0", false)
 		bound = openBound(t, "lo")
-		return nil
 	})
-	h, err := netnsutil.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	s, err := observe.NewSampler(int(h))
+	s, err := observe.NewSampler(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
