@@ -68,6 +68,43 @@ type Subflow struct {
 	CgroupID uint64
 	// MPTCP is false for a plain TCP socket (returned by TCP only).
 	MPTCP bool
+	// BBR is BBR's own state where the congestion control is "bbr" and
+	// the sampler can read it (the BPF iterator; nil elsewhere).
+	BBR *BBRState
+}
+
+// BBRState is what tcp_bbr.c keeps that tcp_info does not show.
+type BBRState struct {
+	Mode BBRMode
+	// MinRTTAge: since BBR's min_rtt filter was last refreshed (by an RTT
+	// sample below it, or the end of a ProbeRTT). At BBRMinRTTWindow it
+	// expires, and the next ACK puts BBR into ProbeRTT (unless the socket
+	// restarts from idle).
+	MinRTTAge time.Duration
+}
+
+// BBRMode is tcp_bbr.c's mode.
+type BBRMode uint8
+
+// BBR's modes.
+const (
+	BBRStartup BBRMode = iota
+	BBRDrain
+	BBRProbeBW
+	BBRProbeRTT
+)
+
+// BBRMinRTTWindow is how long BBR's min_rtt filter lasts
+// (bbr_min_rtt_win_sec).
+const BBRMinRTTWindow = 10 * time.Second
+
+// ProbeRTTIn is how long until BBR's min_rtt filter expires (negative:
+// expired that long ago; ok false where BBR's state is unknown).
+func (s Subflow) ProbeRTTIn() (time.Duration, bool) {
+	if s.BBR == nil {
+		return 0, false
+	}
+	return BBRMinRTTWindow - s.BBR.MinRTTAge, true
 }
 
 // Key identifies a subflow across samples.

@@ -161,8 +161,8 @@ func NewDynThresh() *DynThresh {
 			ProbeWindow: 300 * time.Millisecond},
 		conns: map[uint32]*dtConn{}, sh: newShaper()}
 	// (Its Table 1 figures were measured without the in-time gate and the
-	// ProbeRTT pause.)
-	d.sh.InTimeGate, d.sh.ProbeRTTPause = false, false
+	// ProbeRTT pause and rest.)
+	d.sh.InTimeGate, d.sh.ProbeRTTPause, d.sh.ProbeRTTRest = false, false, false
 	return d
 }
 

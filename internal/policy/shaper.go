@@ -132,6 +132,9 @@ type ShaperConfig struct {
 	// ProbeRTT (its window at 4 segments) and for a second and an RTT
 	// after: the dip is the main path's own, not what another path holds up.
 	ProbeRTTPause bool `yaml:"probe_rtt_pause"`
+	// ProbeRTTRest: a far path under BBR goes aside just before its
+	// ProbeRTT and comes back after it (shaper_probertt.go).
+	ProbeRTTRest bool `yaml:"probe_rtt_rest"`
 	// NotSentLowat bounds what MPTCP queues, unsent, on each subflow
 	// (TCP_NOTSENT_LOWAT): data queued on a path that is then set aside
 	// must still go out there, and the receiver waits for it. Off by
@@ -148,7 +151,7 @@ func (p *shaper) requirements() Requirements {
 func newShaper() shaper {
 	return shaper{ShaperConfig: ShaperConfig{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true,
 		SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 6, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
-		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true, StartupGuard: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
+		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true, ProbeRTTRest: true, StartupGuard: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 
 type shapeConn struct {
@@ -222,6 +225,8 @@ type shapeSub struct {
 	// (bytes/s; 0: not held).
 	carryFrom time.Time
 	guard     float64
+	// rest: its rest through BBR's ProbeRTT (shaper_probertt.go).
+	rest probeRTTRest
 }
 
 // ShapeSubflowStatus is one subflow's numbers and state.

@@ -15,7 +15,8 @@ import (
 // (pickMain), where joiners go (placeJoiners), the entries that end
 // (endEntries), the far paths the main path waits on (setAsideWaitedOn)
 // and those with no room (setAsideNoRoom), the safety net (safetyNet),
-// the trial that ends or starts (judgeOrStartTrial), and what each
+// the trial that ends or starts (judgeOrStartTrial), the far paths that
+// rest through BBR's ProbeRTT (restThroughProbeRTT), and what each
 // subflow may carry (decisions).
 func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	r := p.measure(now, c)
@@ -32,6 +33,7 @@ func (p *shaper) shape(now time.Time, c *Conn) ([]Action, ShapeConnStatus) {
 	p.setAsideNoRoom(r)
 	p.safetyNet(r)
 	p.judgeOrStartTrial(r)
+	p.restThroughProbeRTT(r)
 	var out []Action
 	out, cs.Subflows = p.decisions(r)
 	return out, cs
@@ -453,8 +455,12 @@ func (p *shaper) decisions(r *shapeRound) ([]Action, []ShapeSubflowStatus) {
 		if g, gwhy := p.startupGuard(r, sf, s); g > 0 && (rate == 0 || g < rate) {
 			rate, why = g, why+"; "+gwhy
 		}
+		backup, reason := s.state == shAside, s.why
+		if rest := s.resting(r.now); rest != "" {
+			backup, reason, why = true, rest, why+"; "+rest
+		}
 		ss.State, ss.Cap, ss.Why, ss.WaitedPct = s.state, RateText(rate), why, 100*s.held.mean()
-		out = append(out, Action{Kind: Backup, Token: r.c.Token, Subflow: id, Backup: s.state == shAside, Reason: s.why},
+		out = append(out, Action{Kind: Backup, Token: r.c.Token, Subflow: id, Backup: backup, Reason: reason},
 			Action{Kind: Limit, Token: r.c.Token, Subflow: id, Rate: rate, Reason: why})
 		status = append(status, ss)
 	}

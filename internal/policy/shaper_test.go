@@ -657,3 +657,96 @@ func TestShaperFarIsJudgedFromAMillisecond(t *testing.T) {
 		t.Fatalf("1.2 ms beside a 1 ms main path: far")
 	}
 }
+
+func TestShaperRestsAFarPathThroughItsProbeRTT(t *testing.T) {
+	// ecf-50-10-1m's paths, both under BBR: the far one carries, and BBR's
+	// state is played round by round (its min_rtt filter's age and mode).
+	for _, tc := range []struct {
+		name string
+		// after the rest begins: what BBR does each round (its mode and
+		// the filter's age), and the rounds after which the rest is over
+		play  func(round int, start time.Duration) (observe.BBRMode, time.Duration)
+		ends  int
+		rests bool
+	}{
+		// ProbeRTT begins a round after the rest and is seen; the rest
+		// ends 200 ms and one SRTT (100 ms) later.
+		{name: "probe", play: func(r int, start time.Duration) (observe.BBRMode, time.Duration) {
+			if r >= 1 && r < 8 {
+				return observe.BBRProbeRTT, time.Duration(r-1) * 100 * ms
+			}
+			return observe.BBRProbeBW, start + time.Duration(r)*100*ms
+		}, ends: 4, rests: true},
+		// The filter is refreshed without a ProbeRTT (a lower RTT): the
+		// rest ends at once.
+		{name: "refreshed", play: func(r int, start time.Duration) (observe.BBRMode, time.Duration) {
+			if r >= 2 {
+				return observe.BBRProbeBW, 50 * ms
+			}
+			return observe.BBRProbeBW, start + time.Duration(r)*100*ms
+		}, ends: 2, rests: true},
+		// Nothing shows (it drained before its filter expired): it comes
+		// back after a second and an SRTT.
+		{name: "nothing", play: func(r int, start time.Duration) (observe.BBRMode, time.Duration) {
+			return observe.BBRProbeBW, start + time.Duration(r)*100*ms
+		}, ends: 11, rests: true},
+		{name: "off", rests: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewECF()
+			p.sh.SlowShare = 0.05 // (it stays past its entry)
+			p.sh.ProbeRTTRest = tc.rests
+			s := newShapeSim(t, p, 1<<20, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 10e6, 100 * ms, 0})
+			for i := range s.sfs {
+				s.sfs[i].CC = "bbr"
+				s.sfs[i].BBR = &observe.BBRState{Mode: observe.BBRProbeBW}
+			}
+			age := func(i int, a time.Duration) { s.sfs[i].BBR = &observe.BBRState{Mode: observe.BBRProbeBW, MinRTTAge: a} }
+			// Until the far path carries (its entry over), both filters fresh.
+			s.run(40)
+			if b := s.backups[s.id(1)]; b.Backup {
+				t.Fatalf("the far path does not carry after 4 s: %s", b.Reason)
+			}
+			// The main path's filter expires first: it never rests.
+			for r := 0; r < 3; r++ {
+				age(0, 9800*ms+time.Duration(r)*100*ms)
+				age(1, 8*time.Second+time.Duration(r)*100*ms)
+				s.run(1)
+				if b := s.backups[s.id(0)]; b.Backup {
+					t.Fatalf("the main path set aside near its ProbeRTT: %s", b.Reason)
+				}
+			}
+			age(0, 100*ms)
+			// 8.3 s to 9.8 s: its filter expires in 1.7 s down to 200 ms,
+			// more than its SRTT: it carries.
+			for a := 8300 * ms; a <= 9800*ms; a += 100 * ms {
+				age(1, a)
+				s.run(1)
+				if b := s.backups[s.id(1)]; b.Backup {
+					t.Fatalf("set aside %v before its filter expires (SRTT 100 ms): %s", 10*time.Second-a, b.Reason)
+				}
+			}
+			// 100 ms before: the rest begins.
+			age(1, 9900*ms)
+			s.run(1)
+			b := s.backups[s.id(1)]
+			if !tc.rests {
+				if b.Backup {
+					t.Fatalf("probe_rtt_rest off, yet it rests: %s", b.Reason)
+				}
+				return
+			}
+			if !b.Backup || !strings.Contains(b.Reason, "rests through BBR's ProbeRTT") {
+				t.Fatalf("100 ms before its filter expires: %+v, want resting", b)
+			}
+			for r := 1; r <= tc.ends; r++ {
+				mode, a := tc.play(r, 9900*ms)
+				s.sfs[1].BBR = &observe.BBRState{Mode: mode, MinRTTAge: a}
+				s.run(1)
+				if got := s.backups[s.id(1)].Backup; got != (r < tc.ends) {
+					t.Fatalf("round %d of the rest (%v, filter %v old): backup %v, want %v (%s)", r, mode, a, got, r < tc.ends, s.backups[s.id(1)].Reason)
+				}
+			}
+		})
+	}
+}

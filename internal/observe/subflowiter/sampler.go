@@ -31,6 +31,9 @@ type record struct {
 	CAState, LocalID, RemoteID    uint8
 	_                             uint8
 	CC                            [16]byte
+	BBRMinRTTAgeMs                uint32
+	BBRMode, BBRValid             uint8
+	_                             [2]uint8
 }
 
 const recordSize = int(unsafe.Sizeof(record{}))
@@ -143,6 +146,9 @@ func convert(r *record) observe.Subflow {
 		Cookie:       r.Cookie,
 		CgroupID:     r.CgroupID,
 		MPTCP:        true,
+	}
+	if r.BBRValid != 0 {
+		sf.BBR = &observe.BBRState{Mode: observe.BBRMode(r.BBRMode), MinRTTAge: time.Duration(r.BBRMinRTTAgeMs) * time.Millisecond}
 	}
 	// Before its first RTT sample a socket has none (tcp_info: all ones).
 	if r.SRTT != 0 {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/btf"
+
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/observe/subflowiter"
@@ -34,6 +36,7 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 	}
 	testutil.ServeIn(t, h.Server, "0.0.0.0:5400", true, testutil.Discard)
 	const conns = 4
+	start := time.Now() // (before every connection)
 	for i := 0; i < conns; i++ {
 		var cn net.Conn
 		if err := netnsutil.Do(h.Client, func() error {
@@ -46,16 +49,19 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cn.Close()
-		if i%2 == 0 {
-			// Two congestion controls among the subflows: each reports its own.
-			rc, err := cn.(*net.TCPConn).SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
-			rc.Control(func(fd uintptr) { err = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "reno") })
-			if err != nil {
-				t.Fatalf("TCP_CONGESTION reno: %v", err)
-			}
+		// Two congestion controls among the subflows: each reports its
+		// own, and BBR's subflows its state too.
+		cc := "reno"
+		if i%2 == 1 {
+			cc = "bbr"
+		}
+		rc, err := cn.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Control(func(fd uintptr) { err = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc) })
+		if err != nil {
+			t.Fatalf("TCP_CONGESTION %s: %v", cc, err)
 		}
 		cn.Write(make([]byte, 256<<10))
 	}
@@ -104,6 +110,8 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 				}
 			}
 			got.LastDataSent, got.LastAckRecv = want.LastDataSent, want.LastAckRecv
+			checkBBR(t, ns, got, time.Since(start))
+			got.BBR = nil // (sock_diag does not read it)
 			if got != want {
 				t.Errorf("%s: subflow %v→%v\niterator   %+v\nsock_diag  %+v", ns, got.Local, got.Remote, got, want)
 			}
@@ -121,6 +129,57 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 		if backups != conns {
 			t.Errorf("%s: %d backup subflows, want %d (the joins)", ns, backups, conns)
 		}
+	}
+}
+
+// checkBBR: a BBR subflow reports BBR's state, its min_rtt filter set no
+// earlier than the test began (at the connection's start or since: these
+// connections are young and idle, so in Startup or ProbeBW), and a
+// subflow under another congestion control none.
+func checkBBR(t *testing.T, ns string, sf observe.Subflow, since time.Duration) {
+	t.Helper()
+	if sf.CC != "bbr" {
+		if sf.BBR != nil {
+			t.Errorf("%s %v: %s subflow reports BBR state %+v", ns, sf.Local, sf.CC, *sf.BBR)
+		}
+		return
+	}
+	if sf.BBR == nil {
+		t.Errorf("%s %v: a bbr subflow without BBR's state", ns, sf.Local)
+		return
+	}
+	if age := sf.BBR.MinRTTAge; age < 0 || age > since+10*time.Millisecond {
+		t.Errorf("%s %v: BBR's min_rtt set %v ago, but the test began %v ago", ns, sf.Local, age, since)
+	}
+	if m := sf.BBR.Mode; m != observe.BBRStartup && m != observe.BBRProbeBW && m != observe.BBRDrain {
+		t.Errorf("%s %v: BBR mode %d, want Startup, Drain or ProbeBW on a young connection", ns, sf.Local, m)
+	}
+}
+
+// The iterator reads struct bbr by offset (see subflows.bpf.c): they must
+// be the running kernel's, where its BTF has the struct (BBR built in).
+func TestBBRLayout(t *testing.T) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Skipf("no kernel BTF: %v", err)
+	}
+	var st *btf.Struct
+	if err := spec.TypeByName("bbr", &st); err != nil {
+		t.Skipf("struct bbr is not in vmlinux BTF (tcp_bbr is a module here): %v", err)
+	}
+	want := map[string][2]btf.Bits{"min_rtt_stamp": {32, 0}, "mode": {448, 3}}
+	for _, m := range st.Members {
+		w, ok := want[m.Name]
+		if !ok {
+			continue
+		}
+		delete(want, m.Name)
+		if m.Offset != w[0] || m.BitfieldSize != w[1] {
+			t.Errorf("struct bbr.%s at bit %d (%d bits); the iterator reads bit %d (%d bits)", m.Name, m.Offset, m.BitfieldSize, w[0], w[1])
+		}
+	}
+	for name := range want {
+		t.Errorf("struct bbr has no %s", name)
 	}
 }
 

@@ -71,7 +71,21 @@ struct sf_record {
 	__u8 remote_id;
 	__u8 pad;
 	char cc[16];
+	/* BBR's state (tcp_bbr.c's struct bbr), where cc is "bbr": since when
+	 * its min_rtt filter was last refreshed (ProbeRTT comes 10 s after,
+	 * bbr_min_rtt_win_sec) and its mode; bbr_valid 0 elsewhere. */
+	__u32 bbr_min_rtt_age_ms;
+	__u8 bbr_mode;
+	__u8 bbr_valid;
+	__u8 pad2[2];
 };
+
+/* struct bbr's layout, unchanged since Linux 4.20 (6.1, 6.12 and 6.18 all
+ * have it; subflowiter's tests check it against the running kernel's BTF
+ * where BBR is built in). Read by offset, not CO-RE: on distribution
+ * kernels tcp_bbr is a module, and its BTF is the module's. */
+#define BBR_MIN_RTT_STAMP_WORD 1 /* u32 min_rtt_stamp, jiffies */
+#define BBR_MODE_WORD 14	 /* u32 mode:3 at bit 448 */
 
 /* The congestion control's name, read once per ops table: sockets share
  * a handful of them, and a string read is a helper call. One reader at a
@@ -188,6 +202,13 @@ int sample_subflows(struct bpf_iter__tcp *ctx)
 		cc_ops = icsk->icsk_ca_ops;
 	}
 	__builtin_memcpy(r.cc, cc_name, sizeof(r.cc));
+	if (r.cc[0] == 'b' && r.cc[1] == 'b' && r.cc[2] == 'r' && r.cc[3] == 0) {
+		const __u32 *bbr = (const __u32 *)icsk->icsk_ca_priv;
+
+		r.bbr_min_rtt_age_ms = jiffies_to_msecs(now - bbr[BBR_MIN_RTT_STAMP_WORD]);
+		r.bbr_mode = bbr[BBR_MODE_WORD] & 7;
+		r.bbr_valid = 1;
+	}
 
 	/* subflow_get_info()'s values */
 	r.mp_flags = subflow_flags(sf);
