@@ -18,7 +18,7 @@ log "kernel $(uname -r)"
 if [[ $where == vm ]]; then
 	# What the tests need that a guest's kernel has as modules (built in on
 	# some kernels: a failed modprobe is only logged).
-	for m in veth tun sch_ingress cls_bpf sch_htb sch_tbf sch_netem act_police mac80211_hwsim; do
+	for m in veth tun sch_ingress cls_bpf sch_htb sch_tbf sch_netem act_police tcp_bbr mac80211_hwsim; do
 		[[ $m == mac80211_hwsim ]] && continue # the Wi-Fi test loads it with its own radios
 		modprobe -q "$m" 2>&3 || log "modprobe $m failed"
 	done
