@@ -319,6 +319,7 @@ func TestBenchRunsByGlob(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := "Runs: <!-- fig: bench/cost/*.json ns unit=ns digits=1 --><!-- /fig -->, <!-- fig: bench/cost/*.json cc text --><!-- /fig -->.\n" +
+		"Events: <!-- fig: bench/cost/*.json ns unit=ns digits=1 each=probe --><!-- /fig -->.\n" +
 		"Missing: <!-- fig: bench/none/*.json ns --><!-- /fig -->.\n"
 	if err := os.WriteFile(doc, append(b, lines...), 0o644); err != nil {
 		t.Fatal(err)
@@ -339,6 +340,7 @@ func TestBenchRunsByGlob(t *testing.T) {
 	got := res.Docs["doc.md"]
 	for _, want := range []string{
 		"<!-- fig: bench/cost/*.json ns unit=ns digits=1 -->11.0 ns (95% CI 10.0–12.0, n = 3 runs)<!-- /fig -->",
+		"<!-- fig: bench/cost/*.json ns unit=ns digits=1 each=probe -->11.0 ns (95% CI 10.0–12.0, n = 3 probes)<!-- /fig -->",
 		"<!-- fig: bench/cost/*.json cc text -->bbr<!-- /fig -->",
 		"[bench/cost/run-1.json](docs/data/bench/cost/run-1.json), [bench/cost/run-2.json](docs/data/bench/cost/run-2.json), [bench/cost/run-3.json](docs/data/bench/cost/run-3.json)",
 	} {

@@ -63,7 +63,7 @@ var kindOpts = map[string][]string{
 	"verdict":    {"metric", "alts"},
 	"runs":       {},
 	"provenance": {},
-	"bench":      {"unit", "scale", "digits", "of", "verdict"},
+	"bench":      {"unit", "scale", "digits", "of", "verdict", "each"},
 }
 
 // optName is an option's name; a token like a.b[key=value] is a path.
@@ -474,14 +474,19 @@ func (d *data) renderBench(f *fig) (string, usage, error) {
 		}
 		return format.Value(vals[0], unit), u, nil
 	}
+	// each=NOUN: what one value is (default: a run), for the count.
+	each := "run"
+	if e := f.opts["each"]; e != "" {
+		each = e
+	}
 	if len(vals) == 1 {
-		note := "1 run"
+		note := "1 " + each
 		if len(of) > 0 {
 			note += ", " + strings.Join(of, ", ")
 		}
 		return format.Value(vals[0], unit) + " (" + note + ")", u, nil
 	}
-	return strings.Replace(format.Estimate(sum, unit), ")", " runs)", 1), u, nil
+	return strings.Replace(format.Estimate(sum, unit), ")", " "+each+"s)", 1), u, nil
 }
 
 // evalPath walks a decoded JSON value: keys joined by ".", [i] for an
