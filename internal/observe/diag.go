@@ -69,13 +69,15 @@ type Subflow struct {
 	// MPTCP is false for a plain TCP socket (returned by TCP only).
 	MPTCP bool
 	// BBR is BBR's own state where the congestion control is "bbr" and
-	// the sampler can read it (the BPF iterator; nil elsewhere).
-	BBR *BBRState
+	// the sampler can read it (the BPF iterator; not Known elsewhere).
+	BBR BBRState
 }
 
-// BBRState is what tcp_bbr.c keeps that tcp_info does not show.
+// BBRState is what tcp_bbr.c keeps that tcp_info does not show (a value,
+// not a pointer: the sampler makes no allocation per subflow).
 type BBRState struct {
-	Mode BBRMode
+	Known bool
+	Mode  BBRMode
 	// MinRTTAge: since BBR's min_rtt filter was last refreshed (by an RTT
 	// sample below it, or the end of a ProbeRTT). At BBRMinRTTWindow it
 	// expires, and the next ACK puts BBR into ProbeRTT (unless the socket
@@ -101,7 +103,7 @@ const BBRMinRTTWindow = 10 * time.Second
 // ProbeRTTIn is how long until BBR's min_rtt filter expires (negative:
 // expired that long ago; ok false where BBR's state is unknown).
 func (s Subflow) ProbeRTTIn() (time.Duration, bool) {
-	if s.BBR == nil {
+	if !s.BBR.Known {
 		return 0, false
 	}
 	return BBRMinRTTWindow - s.BBR.MinRTTAge, true

@@ -699,9 +699,11 @@ func TestShaperRestsAFarPathThroughItsProbeRTT(t *testing.T) {
 			s := newShapeSim(t, p, 1<<20, pathSim{a1, 50e6, 40 * ms, 0}, pathSim{a2, 10e6, 100 * ms, 0})
 			for i := range s.sfs {
 				s.sfs[i].CC = "bbr"
-				s.sfs[i].BBR = &observe.BBRState{Mode: observe.BBRProbeBW}
+				s.sfs[i].BBR = observe.BBRState{Known: true, Mode: observe.BBRProbeBW}
 			}
-			age := func(i int, a time.Duration) { s.sfs[i].BBR = &observe.BBRState{Mode: observe.BBRProbeBW, MinRTTAge: a} }
+			age := func(i int, a time.Duration) {
+				s.sfs[i].BBR = observe.BBRState{Known: true, Mode: observe.BBRProbeBW, MinRTTAge: a}
+			}
 			// Until the far path carries (its entry over), both filters fresh.
 			s.run(40)
 			if b := s.backups[s.id(1)]; b.Backup {
@@ -741,7 +743,7 @@ func TestShaperRestsAFarPathThroughItsProbeRTT(t *testing.T) {
 			}
 			for r := 1; r <= tc.ends; r++ {
 				mode, a := tc.play(r, 9900*ms)
-				s.sfs[1].BBR = &observe.BBRState{Mode: mode, MinRTTAge: a}
+				s.sfs[1].BBR = observe.BBRState{Known: true, Mode: mode, MinRTTAge: a}
 				s.run(1)
 				if got := s.backups[s.id(1)].Backup; got != (r < tc.ends) {
 					t.Fatalf("round %d of the rest (%v, filter %v old): backup %v, want %v (%s)", r, mode, a, got, r < tc.ends, s.backups[s.id(1)].Reason)

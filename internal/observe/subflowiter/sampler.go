@@ -148,7 +148,7 @@ func convert(r *record) observe.Subflow {
 		MPTCP:        true,
 	}
 	if r.BBRValid != 0 {
-		sf.BBR = &observe.BBRState{Mode: observe.BBRMode(r.BBRMode), MinRTTAge: time.Duration(r.BBRMinRTTAgeMs) * time.Millisecond}
+		sf.BBR = observe.BBRState{Known: true, Mode: observe.BBRMode(r.BBRMode), MinRTTAge: time.Duration(r.BBRMinRTTAgeMs) * time.Millisecond}
 	}
 	// Before its first RTT sample a socket has none (tcp_info: all ones).
 	if r.SRTT != 0 {

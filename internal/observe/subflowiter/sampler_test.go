@@ -116,7 +116,7 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 			}
 			got.LastDataSent, got.LastAckRecv = want.LastDataSent, want.LastAckRecv
 			checkBBR(t, ns, got, time.Since(start))
-			got.BBR = nil // (sock_diag does not read it)
+			got.BBR = observe.BBRState{} // (sock_diag does not read it)
 			if got != want {
 				t.Errorf("%s: subflow %v→%v\niterator   %+v\nsock_diag  %+v", ns, got.Local, got.Remote, got, want)
 			}
@@ -144,12 +144,12 @@ func TestIteratorMatchesSockDiag(t *testing.T) {
 func checkBBR(t *testing.T, ns string, sf observe.Subflow, since time.Duration) {
 	t.Helper()
 	if sf.CC != "bbr" {
-		if sf.BBR != nil {
-			t.Errorf("%s %v: %s subflow reports BBR state %+v", ns, sf.Local, sf.CC, *sf.BBR)
+		if sf.BBR.Known {
+			t.Errorf("%s %v: %s subflow reports BBR state %+v", ns, sf.Local, sf.CC, sf.BBR)
 		}
 		return
 	}
-	if sf.BBR == nil {
+	if !sf.BBR.Known {
 		t.Errorf("%s %v: a bbr subflow without BBR's state", ns, sf.Local)
 		return
 	}

@@ -81,9 +81,10 @@ struct sf_record {
 };
 
 /* struct bbr's layout, unchanged since Linux 4.20 (6.1, 6.12 and 6.18 all
- * have it; subflowiter's tests check it against the running kernel's BTF
- * where BBR is built in). Read by offset, not CO-RE: on distribution
- * kernels tcp_bbr is a module, and its BTF is the module's. */
+ * have it; subflowiter's TestBBRLayout checks it against the running
+ * kernel's BTF, vmlinux's or the tcp_bbr module's). Read by offset, not
+ * CO-RE: on distribution kernels tcp_bbr is a module, and its BTF is the
+ * module's. */
 #define BBR_MIN_RTT_STAMP_WORD 1 /* u32 min_rtt_stamp, jiffies */
 #define BBR_MODE_WORD 14	 /* u32 mode:3 at bit 448 */
 
