@@ -71,30 +71,41 @@ var (
 )
 
 // Binary returns the mpsteer executable: $MPSTEER_BIN when set (make test
-// sets it), otherwise one built from this checkout once per test process.
+// sets it), otherwise one built from this checkout once per test process,
+// as .cache/test-bin/mpsteer: one file however many test processes build
+// it (each builds beside it and renames over it; a process running the
+// one before keeps its file), so nothing piles up in /tmp.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("MPSTEER_BIN"); p != "" {
 		return p
 	}
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mpsteer-test-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "mpsteer")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/mpsteer")
-		cmd.Dir = RepoRoot()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = &buildError{out: string(out), err: err}
-		}
+		binPath, buildErr = buildBinary(filepath.Join(RepoRoot(), ".cache", "test-bin"))
 	})
 	if buildErr != nil {
 		t.Fatalf("build mpsteer: %v", buildErr)
 	}
 	return binPath
+}
+
+func buildBinary(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, "mpsteer-*.tmp")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name()) // gone once renamed; left by a failed build
+	cmd := exec.Command("go", "build", "-o", tmp.Name(), "./cmd/mpsteer")
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", &buildError{out: string(out), err: err}
+	}
+	bin := filepath.Join(dir, "mpsteer")
+	return bin, os.Rename(tmp.Name(), bin)
 }
 
 type buildError struct {
