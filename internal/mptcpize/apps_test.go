@@ -1,7 +1,6 @@
 package mptcpize_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -16,37 +15,11 @@ import (
 	"mpsteer/internal/bpfutil"
 	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/mptcpize"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/testutil"
 	"mpsteer/internal/timescale"
 )
-
-// mptcpCounters reads a namespace's MPTcpExt counters (nstat's
-// MPTcpExt*), from /proc/thread-self/net/netstat inside it.
-func mptcpCounters(t *testing.T, ns string) map[string]int64 {
-	t.Helper()
-	var b []byte
-	if err := netnsutil.Do(ns, func() (err error) { b, err = os.ReadFile("/proc/thread-self/net/netstat"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		names := strings.Fields(sc.Text())
-		if !sc.Scan() {
-			break
-		}
-		vals := strings.Fields(sc.Text())
-		if len(names) == 0 || names[0] != "MPTcpExt:" || len(vals) != len(names) {
-			continue
-		}
-		for i := 1; i < len(names); i++ {
-			v, _ := strconv.ParseInt(vals[i], 10, 64)
-			out[names[i]] = v
-		}
-	}
-	return out
-}
 
 // inCgroup starts a command in a cgroup and a network namespace, as a user
 // would start it there: unmodified, with no MPTCP in its code.
@@ -161,18 +134,10 @@ func TestUnmodifiedApplicationsSwitchInTheScopedCgroupOnly(t *testing.T) {
 		return out.String()
 	}
 	// delta runs fn and returns how the counters moved in each namespace.
-	delta := func(fn func()) (cli, srv map[string]int64) {
-		c0, s0 := mptcpCounters(t, h.Client), mptcpCounters(t, h.Server)
+	delta := func(fn func()) (cli, srv observe.MPTCPCounters) {
+		c0, s0 := testutil.MPTCPCounters(t, h.Client), testutil.MPTCPCounters(t, h.Server)
 		fn()
-		c1, s1 := mptcpCounters(t, h.Client), mptcpCounters(t, h.Server)
-		cli, srv = map[string]int64{}, map[string]int64{}
-		for k, v := range c1 {
-			cli[k] = v - c0[k]
-		}
-		for k, v := range s1 {
-			srv[k] = v - s0[k]
-		}
-		return
+		return testutil.MPTCPCounters(t, h.Client).Since(c0), testutil.MPTCPCounters(t, h.Server).Since(s0)
 	}
 	curl := []string{"curl", "-sS", "--limit-rate", "8M", "-o", "/dev/null", "-w", "%{size_download}", url}
 

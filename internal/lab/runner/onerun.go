@@ -87,6 +87,7 @@ func runOnce(ctx context.Context, s *scenario.Scenario, v *scenario.Variant, o O
 		stopDaemons()
 		return nil, err
 	}
+	countersBefore := r.readCounters()
 	r.t0 = traffic.Now()
 
 	var wg sync.WaitGroup
@@ -161,6 +162,7 @@ loop:
 		r.recoveries(sum, emu.Links, samples)
 		r.linkShares(sum, emu.Links)
 	}
+	r.countersSince(sum, countersBefore)
 	r.floodMetrics(sum, samples)
 	r.lossMetrics(sum, samples)
 	r.periodShares(sum, samples) // shares.go

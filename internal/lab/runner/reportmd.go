@@ -38,6 +38,10 @@ func writeReport(s *scenario.Scenario, res *Result) error {
 		b.WriteString("\n## Failed runs\n\nThey are kept on disk (failed.txt says why) and enter no figure above.\n\n")
 		b.WriteString(failed)
 	}
+	if resets := KernelResets(f); resets != "" {
+		b.WriteString("\n## Subflows the kernel reset\n\nRuns in which the kernel reset subflows because a data mapping did not match what it had (MPTcpExtDSSNotMatching: a kernel's doing, seen with no daemon running; its path manager does not join again, so the connection went on without that path). They count like the others; `mptcp_counters` in their `summary.json` has the kernel's counts.\n\n")
+		b.WriteString(resets)
+	}
 	b.WriteString("\n## The median run of each variant\n\n")
 	b.WriteString("One whole run per variant (the one whose " + f.Primary.Name + " is the median; its files are at `<variant>/`). Shares are bytes acknowledged per path.\n\n")
 	b.WriteString(report.Table(res.Summaries))
@@ -85,6 +89,23 @@ func writeReport(s *scenario.Scenario, res *Result) error {
 	}
 	errs = append(errs, os.WriteFile(res.Report, []byte(b.String()), 0o644))
 	return errors.Join(errs...)
+}
+
+// KernelResets lists the runs whose summary counts kernel resets
+// (report.Summary.KernelResets), one line each; "" when none did.
+func KernelResets(f *results.File) string {
+	var b strings.Builder
+	for _, name := range f.Order {
+		for _, r := range f.Variants[name].Runs {
+			if r.Summary == nil {
+				continue
+			}
+			if n := r.KernelResets(); n > 0 {
+				fmt.Fprintf(&b, "- `%s`: %d subflow(s)\n", r.Dir, n)
+			}
+		}
+	}
+	return b.String()
 }
 
 // roundLines are each variant's goodput by round (the runs that count).

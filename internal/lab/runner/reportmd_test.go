@@ -7,6 +7,7 @@ import (
 	"mpsteer/internal/lab/report"
 	"mpsteer/internal/lab/results"
 	"mpsteer/internal/lab/scenario"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/provenance"
 	"mpsteer/internal/stats"
 )
@@ -61,6 +62,14 @@ func TestReportTables(t *testing.T) {
 	}
 	if fr := FailedRuns(f); fr != "- mptcp+inc, round 2, attempt 1 (`mptcp+inc/run-2`): daemon in client exited during the run (exit status 2)\n" {
 		t.Errorf("failed runs: %q", fr)
+	}
+	if kr := KernelResets(f); kr != "" {
+		t.Errorf("kernel resets with none counted: %q", kr)
+	}
+	f.Variants["mptcp"].Runs[1].MPTCPCounters = map[string]observe.MPTCPCounters{"client": {"MPJoinSynTx": 1}, "server": {"DSSNotMatching": 1, "MPRstTx": 1}}
+	f.Variants["mptcp"].Runs[2].MPTCPCounters = map[string]observe.MPTCPCounters{"client": {"DSSNotMatching": 2}}
+	if kr := KernelResets(f); kr != "- `mptcp/run-2`: 1 subflow(s)\n- `mptcp/run-3`: 2 subflow(s)\n" {
+		t.Errorf("kernel resets: %q", kr)
 	}
 	if got := Est(stats.Estimate{Median: 7, Low: 7, High: 7, N: 1, NoInterval: true}, "%.1f"); got != "7.0 (1 run)" {
 		t.Errorf("one run: %q", got)

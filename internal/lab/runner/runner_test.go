@@ -69,6 +69,12 @@ func TestLabRunWritesResults(t *testing.T) {
 		if v == "tcp" && sum.Paths["b"].Bytes != 0 {
 			t.Errorf("tcp variant sent %d bytes on path b", sum.Paths["b"].Bytes)
 		}
+		// The kernel's own count of the handshakes: one MP_CAPABLE per
+		// connection (the bulk's and the flows' 5), and the joins.
+		if mc := sum.MPTCPCounters; v == "mptcp" && (mc["client"]["MPCapableSYNTX"] < 6 || mc["server"]["MPJoinAckRx"] == 0) ||
+			v == "tcp" && mc["client"]["MPCapableSYNTX"] != 0 {
+			t.Errorf("%s: mptcp_counters %v", v, mc)
+		}
 		want := "5mbit" // the event changed path b …
 		if v == "tcp" {
 			want = "skipped" // … which the tcp variant does not have
