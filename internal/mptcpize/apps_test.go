@@ -15,8 +15,8 @@ import (
 	"mpsteer/internal/bpfutil"
 	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/mptcpize"
-	"mpsteer/internal/observe"
 	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/testutil"
 	"mpsteer/internal/timescale"
 )
