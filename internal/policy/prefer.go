@@ -90,6 +90,7 @@ type preferConn struct {
 	active   bool
 	chosen   SubflowID
 	since    time.Time
+	born     time.Time // the round that first saw the connection
 	switches int
 	// stalled are the preferred subflows judged stalled in the last round.
 	stalled map[SubflowID]bool
@@ -420,7 +421,7 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 	}
 	st := p.conns[c.Token]
 	if st == nil {
-		st = &preferConn{since: now}
+		st = &preferConn{since: now, born: now}
 		p.conns[c.Token] = st
 	}
 	if st.stalled == nil {

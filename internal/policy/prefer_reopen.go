@@ -139,7 +139,16 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			continue
 		}
 		if est == 0 && !st.seenOn[a] {
-			continue // never had a subflow there: the kernel opens it, or not
+			// Never had a subflow there. The kernel path manager opens one
+			// as the connection is established and never again: one whose
+			// SYN met a silent path retries at a second, then 2, 4 … s,
+			// and one the kernel reset (this host's 6.18 resets about one
+			// join in a hundred at veth speed) is not opened again. So
+			// once a join there had time to be established, the address
+			// is probed like one whose subflows stalled.
+			if joinGrace(now, c, st) {
+				continue
+			}
 		}
 		if ps == nil {
 			ps = &probeState{since: now}
@@ -160,14 +169,42 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			cs.Probing = append(cs.Probing, fmt.Sprintf("%s: address gone, waiting for it (%s)", a, fmtMs(probing)))
 			continue
 		}
+		if ps.rtt == 0 && !st.seenOn[a] {
+			// No subflow there ever measured the path: the connection's
+			// others' round trip is the guess.
+			for _, sf := range c.Subflows {
+				ps.rtt = max(ps.rtt, sf.MinRTT)
+			}
+		}
 		period := p.reopenPeriod(probing, ps.rtt)
 		why := "its subflows were closed by the last re-add, no new one answered yet"
-		if est > 0 {
+		switch {
+		case est > 0:
 			why = fmt.Sprintf("its %d subflow(s) stalled", est)
+		case !st.seenOn[a]:
+			why = "no subflow from it was established since the connection was"
 		}
 		cs.Probing = append(cs.Probing, fmt.Sprintf("%s: reopening for %s, every %s (%s)", a, fmtMs(probing), fmtMs(period), why))
 		out = append(out, Action{Kind: Reopen, Token: c.Token, Subflow: NewSubflowID(netip.AddrPortFrom(a, 0), c.Remote), Interval: period,
 			Reason: fmt.Sprintf("preferred %s has no viable subflow (%s): fresh subflows from it, their SYN every %s, until the path answers", a, why, fmtMs(p.ProbeInterval))})
 	}
 	return out
+}
+
+// joinGraceBase: how long after the daemon first saw a connection a
+// subflow from a preferred address may take to be established before
+// the address is probed (and two of the connection's round trips more).
+// The kernel path manager opens it one round trip after the connection's
+// own handshake; a second covers a busy host.
+const joinGraceBase = time.Second
+
+// joinGrace tells whether a preferred address that never had an
+// established subflow on the connection is still given time for the
+// kernel's own join.
+func joinGrace(now time.Time, c *Conn, st *preferConn) bool {
+	var rtt time.Duration
+	for _, sf := range c.Subflows {
+		rtt = max(rtt, sf.MinRTT)
+	}
+	return now.Sub(st.born) < joinGraceBase+2*rtt
 }

@@ -148,8 +148,60 @@ func TestPreferWaitsForAGoneAddressBeforeReopening(t *testing.T) {
 	}
 }
 
-// Server-side connections, ones that never had a subflow on the
-// preferred address, and probe_interval: 0s are left alone.
+// A connection that never had a subflow from the preferred address (its
+// join met a silent path, or the kernel reset it: the kernel path manager
+// does not join again) has the address probed once the join had time.
+func TestPreferReopensAPreferredPathThatNeverJoined(t *testing.T) {
+	w := newReopenWorld(t, Env{})
+	cell := w.conn.Subflows[0]
+	cell.MinRTT = 80 * ms
+	w.conn.Subflows = []observe.Subflow{cell}
+	// The kernel's join from wifi, its SYN unanswered.
+	join := sf("10.1.0.1", 2, 0, 10)
+	join.State = observe.TCPSynSent
+	w.conn.Pending = []observe.Subflow{join}
+	// The grace: a second and two of the connection's round trips.
+	for _, at := range []time.Duration{0, 500 * ms, 1150 * ms} {
+		w.t = time.Unix(0, 0).Add(at)
+		if r := kinds(w.decide(), Reopen); len(r) != 0 {
+			t.Fatalf("at %v, within the grace: %v", at, r)
+		}
+	}
+	w.t = time.Unix(0, 0).Add(1170 * ms)
+	r := kinds(w.decide(), Reopen)
+	// The cell's 80 ms round trip stands for wifi's: the re-add waits for
+	// the answer to the SYN after the linear ones (as on a stalled path).
+	if len(r) != 1 || r[0].Subflow.Local.Addr() != wifiAddr || r[0].Interval != 380*ms || !strings.Contains(r[0].Reason, "no subflow from it was established since the connection was") {
+		t.Fatalf("after the grace: %+v", r)
+	}
+	if st := w.status(); len(st.Probing) != 1 || !strings.Contains(st.Probing[0], "reopening") {
+		t.Fatalf("status %v", st.Probing)
+	}
+	// Joined: healthy, nothing more.
+	join.State, join.SRTT, join.MinRTT = observe.TCPEstablished, 80*ms, 80*ms
+	w.conn.Pending, w.conn.Subflows = nil, append(w.conn.Subflows, join)
+	w.add(100 * ms)
+	if r := kinds(w.decide(), Reopen); len(r) != 0 {
+		t.Fatalf("joined, still reopening: %v", r)
+	}
+	// A daemon that first sees a connection long established gives the
+	// join the same grace from then.
+	w = newReopenWorld(t, Env{})
+	w.t = time.Unix(1000, 0)
+	w.conn.Subflows = w.conn.Subflows[:1]
+	w.decide()
+	w.add(999 * ms)
+	if r := kinds(w.decide(), Reopen); len(r) != 0 {
+		t.Fatalf("first seen 999 ms ago: %v", r)
+	}
+	w.add(2 * ms)
+	if r := kinds(w.decide(), Reopen); len(r) != 1 {
+		t.Fatalf("first seen 1001 ms ago: %v", r)
+	}
+}
+
+// Server-side connections, ones whose join from the preferred address is
+// still due, and probe_interval: 0s are left alone.
 func TestPreferReopensOnlyWhatItShould(t *testing.T) {
 	stall := func(w *reopenWorld) {
 		w.conn.Subflows[1].Unacked, w.conn.Subflows[1].LastAckRecv, w.conn.Subflows[1].Backoff = 30, 2*time.Second, 3
@@ -161,9 +213,9 @@ func TestPreferReopensOnlyWhatItShould(t *testing.T) {
 		t.Fatalf("server side: %v", r)
 	}
 	w = newReopenWorld(t, Env{})
-	w.conn.Subflows = w.conn.Subflows[:1] // wifi never joined
+	w.conn.Subflows = w.conn.Subflows[:1] // wifi has not joined yet
 	if r := kinds(w.decide(), Reopen); len(r) != 0 {
-		t.Fatalf("never on wifi: %v", r)
+		t.Fatalf("not on wifi yet: %v", r)
 	}
 	w = newReopenWorld(t, Env{})
 	w.p.ProbeInterval = 0
