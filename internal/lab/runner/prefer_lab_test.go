@@ -146,6 +146,48 @@ func TestPreferFastReturnUnderTheKernelPMWithTheDefaults(t *testing.T) {
 	}
 }
 
+// The preferred wifi silent from the start: the kernel's join from it
+// meets a silent path, and its SYN is retransmitted every second (at 1, 2,
+// 3 s …). The outage ends half-way between two of them: without the
+// daemon's probing the path is back at the next, half a second later.
+const lateKernel = `
+name: late-kernel
+paths:
+  - {name: cell, rate: 10mbit, delay: 10ms, queue: 100pkt}
+  - {name: wifi, rate: 10mbit, delay: 10ms, queue: 100pkt, outage: {at: 0s, for: 2.5s}}
+traffic:
+  - {type: bulk, duration: 6s}
+preferred: wifi
+variants:
+  - name: prefer
+    paths: [cell, wifi]
+    daemon:
+      client: {policies: [{name: prefer, paths: [wifi]}]}
+`
+
+func TestPreferProbesAPreferredPathThatNeverJoined(t *testing.T) {
+	testutil.RequireLab(t)
+	dir := t.TempDir()
+	file := writeFile(t, dir, "late-kernel.yaml", lateKernel)
+	out := filepath.Join(dir, "out")
+	name := fmt.Sprintf("t%d-lk", os.Getpid()%100000)
+	b, err := exec.Command(testutil.Binary(t), "lab", "run", file, "--out", out, "--name", name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lab run: %v\n%s", err, b)
+	}
+	sum, err := report.ReadSummary(filepath.Join(out, "prefer", "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, _ := os.ReadFile(filepath.Join(out, "prefer", "daemon-client.log"))
+	if sum.LinkUpToFirstDataMs == nil || *sum.LinkUpToFirstDataMs > 400 {
+		t.Errorf("link-up → first data on wifi %v ms, want a probe's join, not the kernel's SYN half a second later (≤ 400 ms)\n%s", show(sum.LinkUpToFirstDataMs), log)
+	}
+	if want := "no subflow from it was established since the connection was"; !strings.Contains(string(log), want) {
+		t.Errorf("daemon log lacks %q:\n%s", want, log)
+	}
+}
+
 func show(v *float64) string {
 	if v == nil {
 		return "none"
