@@ -1,9 +1,7 @@
 package runner_test
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,14 +37,7 @@ variants:
 
 func TestATSSSLoadBalancingHoldsTheSplitInTheLab(t *testing.T) {
 	testutil.RequireLab(t)
-	dir := t.TempDir()
-	file := writeFile(t, dir, "atsss-lb.yaml", atsssLB)
-	out := filepath.Join(dir, "out")
-	name := fmt.Sprintf("t%d-alb", os.Getpid()%100000)
-	b, err := exec.Command(testutil.Binary(t), "lab", "run", file, "--out", out, "--name", name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("lab run: %v\n%s", err, b)
-	}
+	out, name := labRun(t, "alb", atsssLB)
 	if left, _ := netnsutil.List(world.NSPrefix + name + "-"); len(left) > 0 {
 		t.Fatalf("namespaces left after the run: %v", left)
 	}

@@ -39,14 +39,7 @@ variants:
 
 func TestPreferFastReturnFromBothKindsOfOutage(t *testing.T) {
 	testutil.RequireLab(t)
-	dir := t.TempDir()
-	file := writeFile(t, dir, "fastreturn.yaml", fastReturn)
-	out := filepath.Join(dir, "out")
-	name := fmt.Sprintf("t%d-fr", os.Getpid()%100000)
-	b, err := exec.Command(testutil.Binary(t), "lab", "run", file, "--out", out, "--name", name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("lab run: %v\n%s", err, b)
-	}
+	out, name := labRun(t, "fr", fastReturn)
 	if left, _ := netnsutil.List(world.NSPrefix + name + "-"); len(left) > 0 {
 		t.Fatalf("namespaces left after the run: %v", left)
 	}
@@ -112,14 +105,7 @@ variants:
 // shared.
 func TestPreferFastReturnUnderTheKernelPMWithTheDefaults(t *testing.T) {
 	testutil.RequireLab(t)
-	dir := t.TempDir()
-	file := writeFile(t, dir, "fastreturn-kernel.yaml", fastReturnKernel)
-	out := filepath.Join(dir, "out")
-	name := fmt.Sprintf("t%d-frk", os.Getpid()%100000)
-	b, err := exec.Command(testutil.Binary(t), "lab", "run", file, "--out", out, "--name", name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("lab run: %v\n%s", err, b)
-	}
+	out, _ := labRun(t, "frk", fastReturnKernel)
 	// wifi is 10.2.0.1 in both (addresses follow the scenario's paths):
 	// the lab's subflow endpoint (id 1) where it joined, mpsteer's own
 	// where the connection started on it.
@@ -167,14 +153,7 @@ variants:
 
 func TestPreferProbesAPreferredPathThatNeverJoined(t *testing.T) {
 	testutil.RequireLab(t)
-	dir := t.TempDir()
-	file := writeFile(t, dir, "late-kernel.yaml", lateKernel)
-	out := filepath.Join(dir, "out")
-	name := fmt.Sprintf("t%d-lk", os.Getpid()%100000)
-	b, err := exec.Command(testutil.Binary(t), "lab", "run", file, "--out", out, "--name", name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("lab run: %v\n%s", err, b)
-	}
+	out, _ := labRun(t, "lk", lateKernel)
 	sum, err := report.ReadSummary(filepath.Join(out, "prefer", "summary.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,22 @@ func writeFile(t *testing.T, dir, name, body string) string {
 	return f
 }
 
+// labRun runs `mpsteer lab run` once on a scenario given as YAML, in
+// worlds named after tag, and returns its output directory and the
+// worlds' name.
+func labRun(t *testing.T, tag, scenarioYAML string) (out, name string) {
+	t.Helper()
+	dir := t.TempDir()
+	file := writeFile(t, dir, tag+".yaml", scenarioYAML)
+	out = filepath.Join(dir, "out")
+	name = fmt.Sprintf("t%d-%s", os.Getpid()%100000, tag)
+	b, err := exec.Command(testutil.Binary(t), "lab", "run", file, "--out", out, "--name", name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lab run: %v\n%s", err, b)
+	}
+	return out, name
+}
+
 func TestLabRunWritesResults(t *testing.T) {
 	testutil.RequireLab(t)
 	dir := t.TempDir()
