@@ -145,8 +145,11 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			// and one the kernel reset (this host's 6.18 resets about one
 			// join in a hundred at veth speed) is not opened again. So
 			// once a join there had time to be established, the address
-			// is probed like one whose subflows stalled.
-			if joinGrace(now, c, st) {
+			// is probed like one whose subflows stalled — unless the
+			// connection is on a preferred path ranked as high already:
+			// data would not go there, and every re-add makes the kernel
+			// send the connection's unacknowledged window again.
+			if joinGrace(now, c, st) || st.active && rank[st.chosen.Local.Addr()] <= rank[a] {
 				continue
 			}
 		}

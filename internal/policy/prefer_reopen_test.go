@@ -200,6 +200,32 @@ func TestPreferReopensAPreferredPathThatNeverJoined(t *testing.T) {
 	}
 }
 
+// With two preferred paths, one that never joined is probed only while
+// the connection is not on a path ranked as high: from a lower one it
+// would get nothing, and every re-add costs the connection a window.
+func TestPreferProbesANeverJoinedPathOnlyWhenItRanksHigher(t *testing.T) {
+	eth := netip.MustParseAddr("10.3.0.1")
+	for _, c := range []struct {
+		targets []string
+		want    int
+	}{
+		{[]string{"wifi", "eth"}, 0}, // on wifi, the first: eth is not probed
+		{[]string{"eth", "wifi"}, 1}, // on wifi, the second: eth, the first, is
+	} {
+		w := newReopenWorld(t, Env{})
+		w.ifaces["eth"] = []netip.Addr{eth}
+		if err := w.p.SetTargets(c.targets); err != nil {
+			t.Fatal(err)
+		}
+		w.decide()
+		w.add(1100 * ms)
+		r := kinds(w.decide(), Reopen)
+		if len(r) != c.want || c.want == 1 && r[0].Subflow.Local.Addr() != eth {
+			t.Fatalf("preferred %v, on wifi: reopen %+v, want %d for eth", c.targets, r, c.want)
+		}
+	}
+}
+
 // Server-side connections, ones whose join from the preferred address is
 // still due, and probe_interval: 0s are left alone.
 func TestPreferReopensOnlyWhatItShould(t *testing.T) {
