@@ -111,6 +111,12 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 	sort.Slice(addrs, func(i, j int) bool {
 		return rank[addrs[i]] < rank[addrs[j]] || rank[addrs[i]] == rank[addrs[j]] && addrs[i].Less(addrs[j])
 	})
+	// The connection's round trip (its subflows' largest minimum): what
+	// a path that never had a subflow of it is taken to have.
+	var connRTT time.Duration
+	for _, sf := range c.Subflows {
+		connRTT = max(connRTT, sf.MinRTT)
+	}
 	var out []Action
 	for _, a := range addrs {
 		if a.Is4() != c.Remote.Addr().Is4() {
@@ -149,7 +155,7 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			// connection is on a preferred path ranked as high already:
 			// data would not go there, and every re-add makes the kernel
 			// send the connection's unacknowledged window again.
-			if joinGrace(now, c, st) || st.active && rank[st.chosen.Local.Addr()] <= rank[a] {
+			if now.Sub(st.born) < joinGraceBase+2*connRTT || st.active && rank[st.chosen.Local.Addr()] <= rank[a] {
 				continue
 			}
 		}
@@ -173,11 +179,7 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			continue
 		}
 		if ps.rtt == 0 && !st.seenOn[a] {
-			// No subflow there ever measured the path: the connection's
-			// others' round trip is the guess.
-			for _, sf := range c.Subflows {
-				ps.rtt = max(ps.rtt, sf.MinRTT)
-			}
+			ps.rtt = connRTT // no subflow there ever measured the path
 		}
 		period := p.reopenPeriod(probing, ps.rtt)
 		why := "its subflows were closed by the last re-add, no new one answered yet"
@@ -195,19 +197,8 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 }
 
 // joinGraceBase: how long after the daemon first saw a connection a
-// subflow from a preferred address may take to be established before
-// the address is probed (and two of the connection's round trips more).
-// The kernel path manager opens it one round trip after the connection's
-// own handshake; a second covers a busy host.
+// subflow from a preferred address that never had one may take to be
+// established before the address is probed (and two of the connection's
+// round trips more). The kernel path manager opens it one round trip
+// after the connection's own handshake; a second covers a busy host.
 const joinGraceBase = time.Second
-
-// joinGrace tells whether a preferred address that never had an
-// established subflow on the connection is still given time for the
-// kernel's own join.
-func joinGrace(now time.Time, c *Conn, st *preferConn) bool {
-	var rtt time.Duration
-	for _, sf := range c.Subflows {
-		rtt = max(rtt, sf.MinRTT)
-	}
-	return now.Sub(st.born) < joinGraceBase+2*rtt
-}
