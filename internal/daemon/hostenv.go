@@ -13,6 +13,7 @@ import (
 	"mpsteer/internal/netnsutil"
 	"mpsteer/internal/observe"
 	"mpsteer/internal/policy"
+	"mpsteer/internal/sockops"
 )
 
 // InterfaceAddrs resolves an interface of the daemon's namespace.
@@ -64,6 +65,7 @@ func hostEnv() policy.Env {
 	env := policy.Env{Addrs: ifaces.addrs, Interfaces: ifaces.all, PathManager: observe.PathManager(),
 		SelectUserspace: netnsutil.UserspacePMSetting()}
 	env.SynLinearTimeouts, env.SynLinearKnown = synLinearTimeouts()
+	env.Tick = sockops.Tick() // the tick the probes' SYN timeouts are counted in
 	return env
 }
 

@@ -261,10 +261,22 @@ type Env struct {
 	// unknown is taken as the kernel's default, 4.
 	SynLinearTimeouts int
 	SynLinearKnown    bool
+	// Tick is the kernel's timer tick (1/CONFIG_HZ), the unit it counts
+	// a SYN timeout in; 0 when unknown, taken as 4 ms (HZ 250, Debian's
+	// and Ubuntu's kernels).
+	Tick time.Duration
 	// SelectUserspace is the sysctl setting that selects the userspace
 	// path manager on the host's kernel (net.mptcp.path_manager=userspace,
 	// or net.mptcp.pm_type=1 before Linux 6.15); "" when unknown.
 	SelectUserspace string
+}
+
+// tick is the kernel's timer tick (see Tick).
+func (e Env) tick() time.Duration {
+	if e.Tick > 0 {
+		return e.Tick
+	}
+	return 4 * time.Millisecond
 }
 
 // UserspacePMSetting says how to select the userspace path manager: the

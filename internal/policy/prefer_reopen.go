@@ -59,28 +59,49 @@ const (
 const reopenMargin = 20 * time.Millisecond
 
 // reopenPeriod is how often the endpoint is re-added. The probe's SYNs
-// leave at 0, ProbeInterval, ..., (tcp_syn_linear_timeouts+1) ×
-// ProbeInterval (the first SYN and tcp_syn_linear_timeouts+1
-// retransmissions at the linear pace); then the timeout doubles, so the
-// next SYNs are 2, 4, 8 ... intervals apart. The re-add comes once those at
-// the linear pace are spent (a SYN every ProbeInterval while the path is
-// silent), and not before the answer to the probe's last SYN could be back
-// (rtt, the path's round trip, and reopenMargin: a re-add closes the probe,
-// and a SYN/ACK on its way would find it gone) — nor after the next SYN
-// leaves, whose answer the re-add would then close: on a path whose round
-// trip is longer than the gap after the last SYN at the linear pace, the
-// re-add waits for the answer to the first SYN after it, or the next.
+// leave at 0 and then tcp_syn_linear_timeouts+1 retransmissions at the
+// linear pace; then the timeout doubles, so the next SYNs are 2, 4, 8 ...
+// timeouts apart. The re-add comes once those at the linear pace are spent
+// (a SYN every ProbeInterval while the path is silent), and not before the
+// answer to the probe's last SYN could be back (rtt, the path's round
+// trip, and reopenMargin: a re-add closes the probe, and a SYN/ACK on its
+// way would find it gone) — nor after the next SYN leaves, whose answer
+// the re-add would then close: on a path whose round trip is longer than
+// the gap after the last SYN at the linear pace, the re-add waits for the
+// answer to the first SYN after it, or the next.
+//
+// The kernel counts the timeout in whole ticks (slot: ProbeInterval
+// rounded up to the tick), and its timer fires a tick late (the timer
+// wheel rounds an expiry up so that it never fires early), now and then
+// two: at HZ 250 a 40 ms timeout sent the SYNs 44 ms apart, now and then
+// 48 (tcpdump on prefer-default-late's probes). A retransmission k
+// timeouts after the one before therefore leaves between k·slot + tick
+// and k·slot + 2·tick after it; planned at 40 ms, re-adds came up to 16
+// ms after a probe's last SYN and closed it as its SYN/ACK arrived.
 // probing is how long the address has been probed.
 func (p *Prefer) reopenPeriod(probing, rtt time.Duration) time.Duration {
 	linear := 4
 	if p.env.SynLinearKnown {
 		linear = p.env.SynLinearTimeouts
 	}
-	last, gap := time.Duration(linear+1)*p.ProbeInterval, 2*p.ProbeInterval
-	for gap > 0 && rtt+reopenMargin > gap { // gap 0: probing is off (probe_interval 0s)
-		last, gap = last+gap, 2*gap
+	wait := rtt + reopenMargin
+	base := wait // probing off (probe_interval 0s): no SYN schedule
+	if p.ProbeInterval > 0 {
+		tick := p.env.tick()
+		slot := (p.ProbeInterval + tick - 1) / tick * tick
+		n := time.Duration(linear + 1)
+		// last: by when the SYN whose answer the re-add waits for has
+		// left; next: the earliest the SYN after it leaves.
+		last, next := n*(slot+2*tick), n*(slot+tick)
+		for g := 2 * slot; ; g *= 2 {
+			next += g + tick
+			if last+wait <= next {
+				break
+			}
+			last += g + 2*tick
+		}
+		base = max((n+1)*(slot+2*tick), last+wait)
 	}
-	base := max(time.Duration(linear+2)*p.ProbeInterval, last+rtt+reopenMargin)
 	period := base
 	for t := reopenSteadyAfter; probing > t && period < maxReopenPeriod; t += period {
 		period *= 2

@@ -86,8 +86,8 @@ func TestPreferReopensAStalledPreferredPathUnderTheKernelPM(t *testing.T) {
 	wifi.Backoff, wifi.LastAckRecv, wifi.MinRTT = 2, 1200*ms, 20*ms
 	w.add(100 * ms)
 	r := kinds(w.decide(), Reopen)
-	if len(r) != 1 || r[0].Subflow.Local.AddrPort() != netip.AddrPortFrom(wifiAddr, 0) || r[0].Subflow.Remote.AddrPort() != remote || r[0].Interval != 240*ms || r[0].Token != 1 {
-		t.Fatalf("reopen %+v, want wifi's endpoint re-added every 240ms", r)
+	if len(r) != 1 || r[0].Subflow.Local.AddrPort() != netip.AddrPortFrom(wifiAddr, 0) || r[0].Subflow.Remote.AddrPort() != remote || r[0].Interval != 288*ms || r[0].Token != 1 {
+		t.Fatalf("reopen %+v, want wifi's endpoint re-added every 288ms", r)
 	}
 	if req := w.p.Requirements(); req.SynRTO[wifiAddr] != 40*ms || req.RTOMax[wifiAddr] != time.Second || req.NotSentLowat != 16<<10 {
 		t.Fatalf("requirements %+v, want a 40ms SYN timeout on wifi", req)
@@ -171,7 +171,7 @@ func TestPreferReopensAPreferredPathThatNeverJoined(t *testing.T) {
 	r := kinds(w.decide(), Reopen)
 	// The cell's 80 ms round trip stands for wifi's: the re-add waits for
 	// the answer to the SYN after the linear ones (as on a stalled path).
-	if len(r) != 1 || r[0].Subflow.Local.Addr() != wifiAddr || r[0].Interval != 380*ms || !strings.Contains(r[0].Reason, "no subflow from it was established since the connection was") {
+	if len(r) != 1 || r[0].Subflow.Local.Addr() != wifiAddr || r[0].Interval != 428*ms || !strings.Contains(r[0].Reason, "no subflow from it was established since the connection was") {
 		t.Fatalf("after the grace: %+v", r)
 	}
 	if st := w.status(); len(st.Probing) != 1 || !strings.Contains(st.Probing[0], "reopening") {
@@ -253,34 +253,51 @@ func TestPreferReopensOnlyWhatItShould(t *testing.T) {
 
 // The pace: a re-add once the probe's linear SYN retransmissions are
 // spent, so that the path hears a SYN every probe_interval; after 10 s of
-// silence it halves at every re-add, down to one every 4 s.
+// silence it halves at every re-add, down to one every 4 s. The SYNs'
+// times are the kernel's: the timeout in whole ticks, each retransmission
+// a tick late or two (at HZ 250, 40 ms: 44 or 48 ms apart).
 func TestPreferReopenPeriod(t *testing.T) {
 	for _, c := range []struct {
 		env          Env
+		interval     time.Duration // probe_interval (0: the default, 40 ms)
 		probing, rtt time.Duration
 		want         time.Duration
 	}{
-		{Env{}, 0, 20 * ms, 240 * ms},
-		{Env{SynLinearKnown: true, SynLinearTimeouts: 4}, 5 * time.Second, 0, 240 * ms},
-		{Env{SynLinearKnown: true, SynLinearTimeouts: 0}, 0, 0, 80 * ms}, // before 6.5: every SYN timeout doubles
-		{Env{SynLinearKnown: true, SynLinearTimeouts: 8}, 0, 0, 400 * ms},
+		// The fifth retransmission at the linear pace leaves by 5 × 48 ms;
+		// the re-add comes a slot of 48 ms after (the answer to that SYN,
+		// 20 ms and the margin, is back by 280 ms).
+		{Env{}, 0, 0, 20 * ms, 288 * ms},
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 4}, 0, 5 * time.Second, 0, 288 * ms},
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 0}, 0, 0, 0, 96 * ms}, // before 6.5: every SYN timeout doubles
+		{Env{SynLinearKnown: true, SynLinearTimeouts: 8}, 0, 0, 0, 480 * ms},
+		// HZ 1000 (a tick of 1 ms): 5 × 42 ms and one more.
+		{Env{Tick: ms}, 0, 0, 20 * ms, 252 * ms},
+		// HZ 100: 40 ms is 4 ticks, each retransmission 50 to 60 ms after
+		// the one before.
+		{Env{Tick: 10 * ms}, 0, 0, 20 * ms, 360 * ms},
+		// 25 ms is 7 ticks at HZ 250 (28 ms): 5 × 36 ms and one more.
+		{Env{}, 25 * ms, 0, 0, 216 * ms},
 		// A path of 40 ms round trip: the answer to the last SYN at the
-		// linear pace is awaited (200 ms + 40 ms + the 20 ms margin).
-		{Env{}, 0, 40 * ms, 260 * ms},
-		// The paper's 80 ms round trip: the answer to the SYN at 200 ms
-		// could come after the next leaves (280 ms), so the re-add waits
-		// for the answer to that one (280 + 80 + 20 ms).
-		{Env{}, 0, 80 * ms, 380 * ms},
-		{Env{}, 0, 60 * ms, 280 * ms},
-		{Env{}, 0, 61 * ms, 361 * ms},
-		{Env{}, 0, 400 * ms, 200*ms + 80*ms + 160*ms + 320*ms + 400*ms + 20*ms},
-		{Env{}, 10*time.Second + ms, 0, 480 * ms},
-		{Env{}, 10*time.Second + 480*ms + ms, 0, 960 * ms},
-		{Env{}, time.Hour, 0, 4 * time.Second},
+		// linear pace is awaited (240 + 40 + 20 ms), before the next SYN
+		// (not before 5 × 44 + 80 + 4 = 304 ms).
+		{Env{}, 0, 0, 40 * ms, 300 * ms},
+		// The paper's 80 ms round trip: the answer to that SYN could come
+		// after the next leaves (304 ms), so the re-add waits for the
+		// answer to that one (it leaves by 240 + 88 ms; + 80 + 20 ms).
+		{Env{}, 0, 0, 80 * ms, 428 * ms},
+		{Env{}, 0, 0, 44 * ms, 304 * ms},
+		{Env{}, 0, 0, 45 * ms, 393 * ms},
+		{Env{}, 0, 0, 400 * ms, 240*ms + 88*ms + 168*ms + 328*ms + 400*ms + 20*ms},
+		{Env{}, 0, 10*time.Second + ms, 0, 576 * ms},
+		{Env{}, 0, 10*time.Second + 576*ms + ms, 0, 1152 * ms},
+		{Env{}, 0, time.Hour, 0, 4 * time.Second},
 	} {
-		p := NewPrefer(Env{PathManager: KernelPM, SynLinearTimeouts: c.env.SynLinearTimeouts, SynLinearKnown: c.env.SynLinearKnown})
+		p := NewPrefer(Env{PathManager: KernelPM, SynLinearTimeouts: c.env.SynLinearTimeouts, SynLinearKnown: c.env.SynLinearKnown, Tick: c.env.Tick})
+		if c.interval > 0 {
+			p.ProbeInterval = c.interval
+		}
 		if got := p.reopenPeriod(c.probing, c.rtt); got != c.want {
-			t.Errorf("linear %d (known %v), probing %v, rtt %v: period %v, want %v", c.env.SynLinearTimeouts, c.env.SynLinearKnown, c.probing, c.rtt, got, c.want)
+			t.Errorf("linear %d (known %v), tick %v, probe_interval %v, probing %v, rtt %v: period %v, want %v", c.env.SynLinearTimeouts, c.env.SynLinearKnown, c.env.Tick, p.ProbeInterval, c.probing, c.rtt, got, c.want)
 		}
 	}
 	// probe_interval 0s (probing off: nothing asks for a period) still

@@ -102,6 +102,10 @@ func Jiffies(d time.Duration) uint32 {
 	return uint32(max(j, 1))
 }
 
+// Tick is the kernel's timer tick (1/CONFIG_HZ), the unit Jiffies
+// counts in.
+func Tick() time.Duration { return time.Second / time.Duration(kernelHZ()) }
+
 var (
 	hzOnce sync.Once
 	hz     int
