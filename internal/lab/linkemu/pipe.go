@@ -20,9 +20,37 @@ import (
 )
 
 // Outage is a schedule of link failures: down for For starting at At, and
-// again every Every (0 = once).
+// again every Every (0 = once). With Jitter, each outage lasts For and a
+// part of Jitter drawn from Seed and the outage's number, the same for
+// both directions of a link (the link comes back at a moment that falls
+// anywhere in a cycle of what waits for it, a sender's probes say).
 type Outage struct {
 	At, For, Every time.Duration
+	Jitter         time.Duration
+	Seed           uint64
+}
+
+// length is how long the k-th outage (from 0) lasts.
+func (o Outage) length(k int64) time.Duration {
+	if o.Jitter <= 0 {
+		return o.For
+	}
+	// splitmix64 of the seed and the outage's number: a uniform draw
+	// that both directions of a link make alike.
+	z := o.Seed + uint64(k+1)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return o.For + time.Duration(float64(z>>11)/float64(1<<53)*float64(o.Jitter))
+}
+
+// number is which outage (from 0) the schedule is in or last had at t
+// (t at or after At).
+func (o Outage) number(t time.Duration) int64 {
+	if o.Every <= 0 {
+		return 0
+	}
+	return int64((t - o.At) / o.Every)
 }
 
 // active reports whether the link is down at t (time since the schedule's
@@ -31,11 +59,25 @@ func (o Outage) active(t time.Duration) bool {
 	if t < o.At || o.For <= 0 {
 		return false
 	}
-	since := t - o.At
-	if o.Every > 0 {
-		since %= o.Every
+	k := o.number(t)
+	return t-o.At-time.Duration(k)*o.Every < o.length(k)
+}
+
+// lastEnd is when the latest outage that ended at or before t ended; ok
+// is false when none has.
+func (o Outage) lastEnd(t time.Duration) (time.Duration, bool) {
+	if o.For <= 0 || t < o.At {
+		return 0, false
 	}
-	return since < o.For
+	for k := o.number(t); k >= 0; k-- {
+		if end := o.At + time.Duration(k)*o.Every + o.length(k); end <= t {
+			return end, true
+		}
+		if o.Every <= 0 {
+			break
+		}
+	}
+	return 0, false
 }
 
 // Params configure one direction of a link.
@@ -181,16 +223,9 @@ func (q *Pipe) lastUp(now time.Duration) (time.Duration, bool) {
 	best, ok := q.manualUpAt, q.manualUpAt > 0
 	t := now - q.origin
 	for _, o := range q.p.Outages {
-		if o.For <= 0 || t < o.At+o.For {
+		end, up := o.lastEnd(t)
+		if !up {
 			continue
-		}
-		end := o.At + o.For
-		if o.Every > 0 {
-			k := (t - o.At) / o.Every
-			end = o.At + k*o.Every + o.For
-			if end > t {
-				end -= o.Every
-			}
 		}
 		if at := q.origin + end; !ok || at > best {
 			best, ok = at, true

@@ -258,3 +258,45 @@ func TestReadTraceRefusesDevicesAndPipes(t *testing.T) {
 		}
 	}
 }
+
+// With jitter each outage lasts its length and a part of the jitter,
+// drawn from the seed and the outage's number: alike for two pipes with
+// the same schedule (a link's two directions), spread over the jitter,
+// and the link-up records follow the drawn ends.
+func TestOutageJitter(t *testing.T) {
+	o := Outage{At: time.Second, For: 500 * ms, Every: 2 * time.Second, Jitter: 300 * ms, Seed: 42}
+	up, down := NewPipe(Params{Outages: []Outage{o}}, 1), NewPipe(Params{Outages: []Outage{o}}, 2)
+	var lengths []time.Duration
+	for k := int64(0); k < 20; k++ {
+		l := o.length(k)
+		if l < o.For || l >= o.For+o.Jitter {
+			t.Fatalf("outage %d lasts %v, want within [%v, %v)", k, l, o.For, o.For+o.Jitter)
+		}
+		lengths = append(lengths, l)
+		end := o.At + time.Duration(k)*o.Every + l
+		for _, p := range []*Pipe{up, down} {
+			if _, v := p.Admit(end-time.Microsecond, 100); v != DropOutage {
+				t.Fatalf("outage %d: up %v before its end %v", k, v, end)
+			}
+			if _, v := p.Admit(end, 100); v == DropOutage {
+				t.Fatalf("outage %d: still down at its end %v", k, end)
+			}
+		}
+		if u := up.Ups(); len(u) != int(k)+1 || u[k].UpAt != end {
+			t.Fatalf("outage %d: link-ups %+v, want the last at %v", k, u, end)
+		}
+	}
+	lo, hi := lengths[0], lengths[0]
+	for _, l := range lengths {
+		lo, hi = min(lo, l), max(hi, l)
+	}
+	if hi-lo < o.Jitter/2 {
+		t.Fatalf("20 outages spread over %v of the %v jitter: %v", hi-lo, o.Jitter, lengths)
+	}
+	if other := (Outage{For: o.For, Jitter: o.Jitter, Seed: 43}); other.length(0) == o.length(0) {
+		t.Fatalf("another seed drew the same length %v", o.length(0))
+	}
+	if plain := (Outage{For: o.For}); plain.length(7) != o.For {
+		t.Fatalf("no jitter: %v", plain.length(7))
+	}
+}

@@ -51,6 +51,7 @@ func runOnce(ctx context.Context, s *scenario.Scenario, v *scenario.Variant, o O
 	if err != nil {
 		return nil, configError{err}
 	}
+	plan.Round = o.round
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, configError{err}
 	}

@@ -38,6 +38,9 @@ type Options struct {
 	// Provenance is where the results come from; nil: collected here
 	// (without the binary's version string).
 	Provenance *provenance.Provenance
+	// round is the round a run belongs to (set per run: the world draws
+	// its outages' jitter from it).
+	round int
 }
 
 // Result lists what a run produced.
@@ -147,6 +150,7 @@ func runAttempt(ctx context.Context, s *scenario.Scenario, v *scenario.Variant, 
 	start := time.Now()
 	var sum *report.Summary
 	var err error
+	o.round = round
 	if len(v.BestOf) > 0 {
 		sum, err = runBestPath(ctx, s, v, o, dir)
 	} else {

@@ -117,12 +117,15 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 				At:    it.Map.DurationIn("at", 0, 0, MaxRunTime),
 				For:   it.Map.DurationIn("for", 0, 0, MaxRunTime),
 				Every: it.Map.DurationIn("every", 0, 0, MaxRunTime),
+				// Each outage lasts for and a part of jitter drawn per run
+				// (the world gives the draw its seed).
+				Jitter: it.Map.DurationIn("jitter", 0, 0, MaxRunTime),
 			}
 			if o.For <= 0 && !it.Map.Failed("for") {
 				it.Map.Errorf("for", "an outage needs a length above 0s")
 			}
-			if o.Every > 0 && o.Every <= o.For {
-				it.Map.Errorf("every", "%v is not longer than the outage itself (%v)", o.Every, o.For)
+			if o.Every > 0 && o.Every <= o.For+o.Jitter {
+				it.Map.Errorf("every", "%v is not longer than the outage itself (%v, and up to %v of jitter)", o.Every, o.For, o.Jitter)
 			}
 			it.Map.Done()
 			p.Outages = append(p.Outages, o)

@@ -135,6 +135,7 @@ func TestErrorsNameFileLineAndKey(t *testing.T) {
 		{"tcp over two paths", "paths: [{name: a}, {name: b}]\nvariants: [{name: x, kind: tcp, paths: [a, b]}]", `a tcp variant runs over one path`},
 		{"queue too small", "paths: [{name: a, queue: 100B}]", `cannot hold one full-size packet`},
 		{"outage every too short", "paths: [{name: a, outage: {at: 1s, for: 5s, every: 2s}}]", `is not longer than the outage itself`},
+		{"outage jitter past every", "paths: [{name: a, outage: {at: 1s, for: 1s, every: 2s, jitter: 1s}}]", `paths[0].outage[0].every: 2s is not longer than the outage itself (1s, and up to 1s of jitter)`},
 		{"ambiguous mbps", "paths: [{name: a, rate: 10mbps}]", `ambiguous`},
 		{"zero rate", "paths: [{name: a, rate: 0mbit}]", `must be above 0bit`},
 		{"too many paths", "paths: [" + strings.Repeat("{name: p},", 17) + "]", `17 paths given; at most 16`},

@@ -77,6 +77,26 @@ type emuLink struct {
 	up, down *linkemu.Direction
 	// coreID is the link's id for the pinning program (-1: not pinned).
 	coreID int
+	// outageSeed seeds the draws of its outages' jitter (see seeded).
+	outageSeed uint64
+}
+
+// outageSeed is the seed of a link's outage jitter in a run: the
+// scenario's seed, the round (every variant of a round gets the same
+// outages, so that they are compared on the same link-up moments; the
+// rounds differ) and the link.
+func outageSeed(plan *Plan, link int) uint64 {
+	return (plan.Seed*1_000_003+uint64(plan.Round))*1_009 + uint64(link)
+}
+
+// seeded is a copy of a direction's outage schedules with their jitter's
+// seed: the j-th schedule of both directions draws alike.
+func (l *emuLink) seeded(os []linkemu.Outage) []linkemu.Outage {
+	out := append([]linkemu.Outage(nil), os...)
+	for j := range out {
+		out[j].Seed = l.outageSeed*31 + uint64(j)
+	}
+	return out
 }
 
 // emulator is what the control socket acts on.
@@ -125,12 +145,15 @@ func RunEmulator(ctx context.Context, stateDir string, ready *os.File) error {
 		}
 		seed := plan.Seed*1000 + uint64(i)*2
 		l := &emuLink{
-			plan:   lp,
-			devs:   []linkemu.Device{a, b},
-			up:     linkemu.NewDirection(lp.Name+"/up", a, b, linkemu.NewPipe(lp.Up, seed)),
-			down:   linkemu.NewDirection(lp.Name+"/down", b, a, linkemu.NewPipe(lp.Down, seed+1)),
-			coreID: -1,
+			plan:       lp,
+			devs:       []linkemu.Device{a, b},
+			coreID:     -1,
+			outageSeed: outageSeed(plan, i),
 		}
+		up, down := lp.Up, lp.Down
+		up.Outages, down.Outages = l.seeded(up.Outages), l.seeded(down.Outages)
+		l.up = linkemu.NewDirection(lp.Name+"/up", a, b, linkemu.NewPipe(up, seed))
+		l.down = linkemu.NewDirection(lp.Name+"/down", b, a, linkemu.NewPipe(down, seed+1))
 		links = append(links, l)
 	}
 	emu := &emulator{links: links, alive: map[int]bool{}}
@@ -347,7 +370,11 @@ func (e *emulator) handle(req Request, resp *Response) error {
 		}
 		for _, l := range targets {
 			for _, d := range dirs(l) {
-				d.With(func(p *linkemu.Pipe) { p.SetParams(req.Patch.Apply(p.Params())) })
+				d.With(func(p *linkemu.Pipe) {
+					np := req.Patch.Apply(p.Params())
+					np.Outages = l.seeded(np.Outages)
+					p.SetParams(np)
+				})
 			}
 		}
 	case "down", "up":

@@ -197,6 +197,9 @@ type Plan struct {
 	Tenants   *TenantsInfo   `json:"tenants,omitempty"`
 	Bridges   []BridgePlan   `json:"bridges,omitempty"`
 	Endpoints []EndpointPlan `json:"endpoints,omitempty"`
+	// Round is the run's round (from 1; 0 outside lab run): with Seed it
+	// draws the outages' jitter.
+	Round int `json:"round,omitempty"`
 }
 
 // MarkBase is the first packet mark of pinned core links: link ID n is
