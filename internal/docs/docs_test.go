@@ -108,6 +108,7 @@ func TestParseFigErrors(t *testing.T) {
 		`bench/x.json "a b`:                 "a quote that does not close",
 		"bench/x.json results.a verdict=1":  "verdict=1: give >=TARGET or <=TARGET",
 		"bench/x.json results.a text bare":  "bare or text, not both",
+		"two value mptcp absent=zero":       "absent=zero: valid is none",
 	} {
 		if _, err := parseFig(spec); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err = %v, want %q", spec, err, want)
@@ -403,5 +404,48 @@ func TestRenderProblems(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("problems lack %q:\n%s", want, got)
 		}
+	}
+}
+
+// A metric that no run of a variant has is a mistake (a typo, a metric
+// the runner does not write), unless the figure says that is a finding
+// (absent=none: what it measures never happened in any run, such as a
+// return to a path after its outage).
+func TestRenderAbsentMetric(t *testing.T) {
+	site := fixtureSite(t)
+	doc := filepath.Join(site.Root, "doc.md")
+	body := `# Doc
+
+Two paths, 30 s uploads. Back: <!-- fig: two value mptcp metric=link_up_to_first_data_ms absent=none --><!-- /fig -->,
+<!-- fig: two values mptcp metric=link_up_to_first_data_ms absent=none --><!-- /fig -->,
+<!-- fig: two verdict mptcp <= 90 metric=link_up_to_first_data_ms absent=none --><!-- /fig -->;
+goodput <!-- fig: two value tcp absent=none --><!-- /fig -->.
+
+<!-- table: two -->
+<!-- /table -->
+`
+	if err := os.WriteFile(doc, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := site.Render()
+	if err != nil || len(res.Problems) > 0 {
+		t.Fatalf("%v %v", err, res.Problems)
+	}
+	got := res.Docs["doc.md"]
+	for _, want := range []string{
+		"metric=link_up_to_first_data_ms absent=none -->none in 3 runs<!-- /fig -->,",
+		"absent=none -->not met (none in 3 runs)<!-- /fig -->;",
+		"goodput <!-- fig: two value tcp absent=none -->9.5 Mbit/s (95% CI 9.4–9.6, n = 3)<!-- /fig -->",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rendered:\n%s\nwant it to hold %q", got, want)
+		}
+	}
+	if err := os.WriteFile(doc, []byte(strings.ReplaceAll(body, " absent=none", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err = site.Render()
+	if err != nil || len(res.Problems) == 0 || !strings.Contains(strings.Join(res.Problems, "\n"), "no run of mptcp in docs/data/two/results.json has link_up_to_first_data_ms (absent=none if that is a finding") {
+		t.Fatalf("without absent=none: %v %v", err, res.Problems)
 	}
 }

@@ -56,11 +56,11 @@ type fig struct {
 }
 
 var kindOpts = map[string][]string{
-	"value":      {"metric", "digits"},
-	"values":     {"metric", "digits"},
+	"value":      {"metric", "digits", "absent"},
+	"values":     {"metric", "digits", "absent"},
 	"ratio":      {"metric", "as"},
 	"best":       {"metric", "as", "alts"},
-	"verdict":    {"metric", "alts"},
+	"verdict":    {"metric", "alts", "absent"},
 	"runs":       {},
 	"provenance": {},
 	"bench":      {"unit", "scale", "digits", "of", "verdict", "each"},
@@ -162,6 +162,9 @@ func parseFig(spec string) (*fig, error) {
 	if f.bare && f.text {
 		return nil, fmt.Errorf("bare or text, not both")
 	}
+	if a, ok := f.opts["absent"]; ok && a != "none" {
+		return nil, fmt.Errorf("absent=%s: valid is none (a run may lack the metric: what it measures did not happen in that run)", a)
+	}
 	if as, ok := f.opts["as"]; ok && as != "change" && as != "ratio" {
 		return nil, fmt.Errorf("as=%s: valid are change and ratio", as)
 	}
@@ -224,10 +227,19 @@ func (d *data) render(f *fig) (string, usage, error) {
 		if f.kind == "runs" || len(r.Values(v, "goodput_mbit")) == 0 {
 			return nil
 		}
-		if len(r.Values(v, metric)) == 0 {
-			return fmt.Errorf("no run of %s in %s has %s", v, filepath.Join(d.dir, rel), metric)
+		if len(r.Values(v, metric)) == 0 && f.opts["absent"] != "none" {
+			return fmt.Errorf("no run of %s in %s has %s (absent=none if that is a finding: what it measures never happened)", v, filepath.Join(d.dir, rel), metric)
 		}
 		return nil
+	}
+	// none: with absent=none, a variant whose runs all lack the metric
+	// (default MPTCP that never came back to a path after its outage).
+	none := func(v string) (string, bool) {
+		n := len(r.Values(v, "goodput_mbit"))
+		if f.opts["absent"] != "none" || n == 0 || len(r.Values(v, metric)) > 0 {
+			return "", false
+		}
+		return fmt.Sprintf("none in %d runs", n), true
 	}
 	unit := format.UnitOf(metric)
 	if ds, ok := f.opts["digits"]; ok {
@@ -297,6 +309,9 @@ func (d *data) render(f *fig) (string, usage, error) {
 		if err := variant(v); err != nil {
 			return "", u, err
 		}
+		if txt, ok := none(v); ok {
+			return txt, u, nil
+		}
 		s := r.Estimate(v, metric)
 		if s.N == 0 {
 			return noRuns(v), u, nil
@@ -306,6 +321,9 @@ func (d *data) render(f *fig) (string, usage, error) {
 		v := f.args[0]
 		if err := variant(v); err != nil {
 			return "", u, err
+		}
+		if txt, ok := none(v); ok {
+			return txt, u, nil
 		}
 		xs := r.Values(v, metric)
 		if len(xs) == 0 {
@@ -347,6 +365,9 @@ func (d *data) render(f *fig) (string, usage, error) {
 		} else {
 			if err := variant(f.args[0]); err != nil {
 				return "", u, err
+			}
+			if txt, ok := none(f.args[0]); ok {
+				return "not met (" + txt + ")", u, nil
 			}
 			s = r.Estimate(f.args[0], metric)
 		}
