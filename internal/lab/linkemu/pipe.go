@@ -22,8 +22,9 @@ import (
 // Outage is a schedule of link failures: down for For starting at At, and
 // again every Every (0 = once). With Jitter, each outage lasts For and a
 // part of Jitter drawn from Seed and the outage's number, the same for
-// both directions of a link (the link comes back at a moment that falls
-// anywhere in a cycle of what waits for it, a sender's probes say).
+// both directions of a link: the link then comes back anywhere in the
+// cycle of what waits for it (a sender's retransmissions or probes), not
+// at the same point of it in every run.
 type Outage struct {
 	At, For, Every time.Duration
 	Jitter         time.Duration

@@ -117,7 +117,7 @@ func ParsePatch(m *yamlcfg.Map, dir string) Patch {
 				At:    it.Map.DurationIn("at", 0, 0, MaxRunTime),
 				For:   it.Map.DurationIn("for", 0, 0, MaxRunTime),
 				Every: it.Map.DurationIn("every", 0, 0, MaxRunTime),
-				// Each outage lasts for and a part of jitter drawn per run
+				// Each outage lasts for and a part of jitter drawn per round
 				// (the world gives the draw its seed).
 				Jitter: it.Map.DurationIn("jitter", 0, 0, MaxRunTime),
 			}

@@ -91,8 +91,8 @@ func outageSeed(plan *Plan, link int) uint64 {
 
 // seeded is a copy of a direction's outage schedules with their jitter's
 // seed: the j-th schedule of both directions draws alike.
-func (l *emuLink) seeded(os []linkemu.Outage) []linkemu.Outage {
-	out := append([]linkemu.Outage(nil), os...)
+func (l *emuLink) seeded(sched []linkemu.Outage) []linkemu.Outage {
+	out := append([]linkemu.Outage(nil), sched...)
 	for j := range out {
 		out[j].Seed = l.outageSeed*31 + uint64(j)
 	}
