@@ -94,7 +94,15 @@ var (
 	// baseline coverage", without: "testing seed corpus").
 	startLine = regexp.MustCompile(`^fuzz: elapsed: (\S+), .*now fuzzing with`)
 	seedLine  = regexp.MustCompile(`^fuzz: elapsed: (\S+), (gathering baseline coverage|testing seed corpus): (\d+/\d+)`)
+	// The target's failure, the lines indented under it its messages.
+	failLine = regexp.MustCompile(`^--- FAIL: Fuzz\w* \((\S+)\)$`)
 )
+
+// goDeadlineRace is the message Go's fuzz coordinator (before Go 1.27)
+// fails a target with when its -fuzztime deadline reaches the workers
+// before its own cancel does (go.dev/issue/75804): the run ended on time
+// and no input failed.
+const goDeadlineRace = "context deadline exceeded"
 
 // Progress follows one target's log.
 type Progress struct {
@@ -112,10 +120,46 @@ type Progress struct {
 	// the last line where it grew to the last where it had not, so up to
 	// one line interval (3 s) shorter than the stall itself.
 	Stall, StallFrom time.Duration
+	// failedAt is the time go test gave the target's failure, failure
+	// the messages under it; inputWritten says go test wrote a failing
+	// input to the corpus.
+	failedAt     time.Duration
+	inFailure    bool
+	failure      []string
+	inputWritten bool
+}
+
+// DeadlineRace says the target's only failure is Go's fuzz coordinator
+// reporting its own -fuzztime deadline, at or after fuzzTime, with no
+// failing input written: not a finding.
+func (p *Progress) DeadlineRace(fuzzTime time.Duration) bool {
+	return len(p.failure) == 1 && p.failure[0] == goDeadlineRace && !p.inputWritten && p.failedAt >= fuzzTime
+}
+
+// failureLine follows the lines under a target's --- FAIL line.
+func (p *Progress) failureLine(s string) {
+	msg := strings.TrimSpace(s)
+	if strings.HasPrefix(msg, "Failing input written to") {
+		p.inputWritten = true
+	}
+	if m := failLine.FindStringSubmatch(s); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			p.inFailure, p.failedAt = true, d
+		}
+		return
+	}
+	switch {
+	case !p.inFailure || msg == "":
+	case !strings.HasPrefix(s, " "):
+		p.inFailure = false
+	default:
+		p.failure = append(p.failure, msg)
+	}
 }
 
 // Line reads one line of go test's output.
 func (p *Progress) Line(s string) {
+	p.failureLine(s)
 	if m := startLine.FindStringSubmatch(s); m != nil {
 		if d, err := time.ParseDuration(m[1]); err == nil {
 			p.started, p.lastGrowth = true, d
@@ -187,15 +231,15 @@ type Result struct {
 	Target   Target
 	Progress Progress
 	Problems []string
+	// Notes are what the summary says of a target that passed.
+	Notes []string
 }
 
 // Run fuzzes one target, copying go test's output to out.
 func Run(ctx context.Context, t Target, o Options, out io.Writer) Result {
 	res := Result{Target: t}
-	limit := o.Grace
-	if d, err := time.ParseDuration(o.FuzzTime); err == nil {
-		limit += d
-	}
+	fuzzTime, _ := time.ParseDuration(o.FuzzTime)
+	limit := o.Grace + fuzzTime
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	args := []string{"test", "-run", "^$", "-fuzz", "^" + t.Name + "$", "-fuzztime", o.FuzzTime}
@@ -230,6 +274,8 @@ func Run(ctx context.Context, t Target, o Options, out io.Writer) Result {
 	switch {
 	case ctx.Err() == context.DeadlineExceeded:
 		res.Problems = append(res.Problems, fmt.Sprintf("did not end within %v of its fuzz time; killed", o.Grace))
+	case err != nil && res.Progress.DeadlineRace(fuzzTime):
+		res.Notes = append(res.Notes, fmt.Sprintf("go test failed with Go's own %q at the end of the fuzz time, no input failed (go.dev/issue/75804, fixed in Go 1.27): not counted", goDeadlineRace))
 	case err != nil:
 		res.Problems = append(res.Problems, fmt.Sprintf("go test failed: %v", err))
 	}
@@ -251,6 +297,9 @@ func RunAll(ctx context.Context, targets []Target, o Options, out io.Writer) err
 	fmt.Fprintf(out, "\nfuzz summary (at least %d inputs, no stall over %v):\n", o.MinExecs, o.Stall)
 	for _, r := range results {
 		verdict := "ok"
+		if len(r.Notes) > 0 {
+			verdict = "ok: " + strings.Join(r.Notes, "; ")
+		}
 		if len(r.Problems) > 0 {
 			verdict = "FAIL: " + strings.Join(r.Problems, "; ")
 			failed = append(failed, fmt.Sprintf("%s: %s", r.Target, strings.Join(r.Problems, "; ")))

@@ -61,6 +61,47 @@ func TestProgressOfRecordedRuns(t *testing.T) {
 	}
 }
 
+// FuzzFine's run in a CI run of 762081e: it fuzzed its 10 s and go test
+// failed it with Go's fuzz coordinator's own deadline (go.dev/issue/75804).
+// That is not a finding; a failure with another message, with a failing
+// input written, or before the fuzz time is.
+func TestDeadlineRace(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "fine-deadline-race.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(log string) *Progress {
+		p := &Progress{}
+		for _, l := range strings.Split(log, "\n") {
+			p.Line(l)
+		}
+		return p
+	}
+	recorded := string(raw)
+	p := parse(recorded)
+	if got := p.Problems(5*time.Second, 1000); len(got) > 0 {
+		t.Errorf("problems %q, want none", got)
+	}
+	if !p.DeadlineRace(10 * time.Second) {
+		t.Errorf("the recorded run is not taken for the deadline race: failure %q at %v", p.failure, p.failedAt)
+	}
+	for name, c := range map[string]struct {
+		log      string
+		fuzzTime time.Duration
+	}{
+		"before the fuzz time":     {recorded, 20 * time.Second},
+		"another message":          {strings.Replace(recorded, "    context deadline exceeded", "    fake_test.go:9: boom", 1), 10 * time.Second},
+		"a second message":         {strings.Replace(recorded, "    context deadline exceeded", "    context deadline exceeded\n    fake_test.go:9: boom", 1), 10 * time.Second},
+		"an input written":         {strings.Replace(recorded, "    context deadline exceeded", "    context deadline exceeded\n\n    Failing input written to testdata/fuzz/FuzzFine/5e1c", 1), 10 * time.Second},
+		"an input written outside": {strings.Replace(recorded, "exit status 1", "Failing input written to testdata/fuzz/FuzzFine/5e1c\nexit status 1", 1), 10 * time.Second},
+		"no failure line":          {strings.Replace(recorded, "--- FAIL: FuzzFine (10.06s)", "", 1), 10 * time.Second},
+	} {
+		if p := parse(c.log); p.DeadlineRace(c.fuzzTime) {
+			t.Errorf("%s: taken for the deadline race", name)
+		}
+	}
+}
+
 func TestProgressWithoutLines(t *testing.T) {
 	p := &Progress{}
 	p.Line("# mpsteer/internal/x")
