@@ -752,3 +752,69 @@ func TestShaperRestsAFarPathThroughItsProbeRTT(t *testing.T) {
 		})
 	}
 }
+
+// A far path under BBR goes aside where the window would hold the
+// connection below its main path alone with it (windowBound): ecf-50-10-
+// 1m's paths (47 Mbit/s at 40 ms, 10 Mbit/s at 100 ms, the 632 KiB window
+// of 1 MiB buffers), where the slow path entered as near, carried and
+// cost a few percent until the safety net caught it half-way through the
+// run, or never. Not a faster far path, nor a larger window, nor without
+// BBR's estimate, nor with the rule off.
+func TestShaperSetsAsideAFarPathTheWindowBounds(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		src   string
+		wnd   uint32
+		slow  float64
+		harm  float64
+		known bool
+		// startup: the far path's BBR is still in Startup (no estimate).
+		startup bool
+		aside   bool
+	}{
+		{name: "10 Mbit/s, 632 KiB", src: "name: ecf", wnd: 632 << 10, slow: 10e6, harm: 0.95, known: true, aside: true},
+		{name: "25 Mbit/s, 632 KiB", src: "name: ecf", wnd: 632 << 10, slow: 25e6, known: true},
+		{name: "50 Mbit/s, 632 KiB", src: "name: ecf", wnd: 632 << 10, slow: 50e6, known: true},
+		{name: "10 Mbit/s, 1264 KiB", src: "name: ecf", wnd: 1264 << 10, slow: 10e6, known: true},
+		{name: "10 Mbit/s, 632 KiB, BBR in startup", src: "name: ecf", wnd: 632 << 10, slow: 10e6, harm: 0.95, known: true, startup: true},
+		{name: "10 Mbit/s, 632 KiB, BBR's state unknown", src: "name: ecf", wnd: 632 << 10, slow: 10e6, harm: 0.95},
+		{name: "10 Mbit/s, 632 KiB, window_bound off", src: "name: ecf\nwindow_bound: false", wnd: 632 << 10, slow: 10e6, harm: 0.95, known: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newShapeSim(t, mustBuild(t, c.src, Env{}), c.wnd, pathSim{a1, 47e6, 40 * ms, 0}, pathSim{a2, c.slow, 100 * ms, c.harm})
+			for i := range s.sfs {
+				s.sfs[i].CC, s.sfs[i].PacingRate = "bbr", uint64(s.paths[i].capacity/8)
+				s.sfs[i].BBR = observe.BBRState{Known: c.known, Mode: observe.BBRProbeBW}
+			}
+			if c.startup {
+				s.sfs[1].BBR.Mode = observe.BBRStartup
+			}
+			aside := time.Duration(-1)
+			for r := 0; r < 300 && aside < 0; r++ {
+				s.run(1)
+				if b := s.backups[s.id(1)]; b.Backup && strings.Contains(b.Reason, "window-bound") {
+					aside = time.Duration(r+1) * 100 * ms
+				}
+			}
+			b := s.backups[s.id(1)]
+			if !c.aside {
+				if aside >= 0 || b.Backup {
+					t.Fatalf("set aside: %s", b.Reason)
+				}
+				return
+			}
+			// Its entry (600 ms), then half a second of BBR's estimate.
+			if aside < 0 || aside > 1500*ms {
+				t.Fatalf("not set aside as window-bound within 1.5 s (at %v): backup %v, %s", aside, b.Backup, b.Reason)
+			}
+			if !strings.Contains(b.Reason, "could carry 38.") {
+				t.Errorf("reason %q, want the model's 38 Mbit/s", b.Reason)
+			}
+			// Unfit: no trial while the window and the main path stay.
+			s.run(250)
+			if s.trials[s.id(1)] > 0 || !s.backups[s.id(1)].Backup {
+				t.Errorf("%d trials in the 25 s after, backup %v: %s", s.trials[s.id(1)], s.backups[s.id(1)].Backup, s.backups[s.id(1)].Reason)
+			}
+		})
+	}
+}
