@@ -61,7 +61,7 @@ func TestAKeyOfAnotherModeNamesItsMode(t *testing.T) {
 	Build(m, Env{})
 	want := `c.yaml:2: probe_interval: unknown key "probe_interval" with mode: shaped (the default): it is a key of dynthresh mode: paper ` +
 		`(valid with mode: shaped (the default): entry_factor, far_trial_rtts, gain, headroom, held_share, in_time_caps, in_time_gate, join_backup, ` +
-		`margin, mode, name, nearer_factor, notsent_lowat, probe_rtt_pause, probe_rtt_rest, retry, slow_factor, slow_share, startup_guard, trial_rtts, warmup_rtts, window, window_bound)`
+		`margin, mode, name, nearer_factor, notsent_lowat, probe_rtt_pause, probe_rtt_rest, retry, slow_factor, slow_share, startup_guard, trial_rtts, warmup_rtts, window)`
 	if err := m.Err(); err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant %s", err, want)
 	}

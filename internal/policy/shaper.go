@@ -65,10 +65,7 @@ import (
 //     joiner the model lets carry less than Gain of the main path's rate
 //     in time never enters (see noGainInTime);
 //   - a near joiner under SlowShare that adds Gain, all in time, stays
-//     (see endEntries);
-//   - window-bound (WindowBound): a far path under BBR that carries goes
-//     aside once the model says that with it the window, not the paths,
-//     bounds the connection below its main path alone (see windowBound).
+//     (see endEntries).
 type shaper struct {
 	ShaperConfig
 	conns map[uint32]*shapeConn
@@ -127,10 +124,6 @@ type ShaperConfig struct {
 	// InTimeGate: a far path is kept out where the in-time model says it
 	// cannot help (see shaper: "no room", "unfit").
 	InTimeGate bool `yaml:"in_time_gate"`
-	// WindowBound: with InTimeGate, a far path under BBR goes aside where
-	// the window would hold the connection below its main path alone
-	// with it (see windowBound).
-	WindowBound bool `yaml:"window_bound"`
 	// StartupGuard: while a subflow is young, the others of its connection
 	// may not pace far above what they deliver into a queue of their own
 	// (shaper_guard.go).
@@ -158,7 +151,7 @@ func (p *shaper) requirements() Requirements {
 func newShaper() shaper {
 	return shaper{ShaperConfig: ShaperConfig{Margin: 0.1, Gain: 0.05, Retry: 2 * time.Second, InTimeCaps: true, JoinBackup: true,
 		SlowFactor: 1.25, EntryFactor: 6, NearerFactor: 6, SlowShare: 0.25, HeldShare: 0.5, FarTrialRTTs: 25, TrialRTTs: 3,
-		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, WindowBound: true, ProbeRTTPause: true, ProbeRTTRest: true, StartupGuard: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
+		Headroom: 0.9, WarmupRTTs: 10, InTimeGate: true, ProbeRTTPause: true, ProbeRTTRest: true, StartupGuard: true}, conns: map[uint32]*shapeConn{}, held: map[netip.Addr]trialHold{}, groups: map[trialGroup]int{}}
 }
 
 type shapeConn struct {
@@ -234,9 +227,6 @@ type shapeSub struct {
 	guard     float64
 	// rest: its rest through BBR's ProbeRTT (shaper_probertt.go).
 	rest probeRTTRest
-	// pace: its pacing rate while BBR is in ProbeBW, over the last second
-	// (bytes/s; emptied when BBR is in another mode but ProbeRTT).
-	pace recentRates
 }
 
 // ShapeSubflowStatus is one subflow's numbers and state.

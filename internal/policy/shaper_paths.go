@@ -123,60 +123,6 @@ func (p *shaper) noRoom(r *shapeRound, sf observe.Subflow) (string, bool) {
 		mbit(c), float64(p.Headroom)*100, units.Size(r.wnd), fmtMs(lag)), true
 }
 
-// windowBound tells whether (WindowBound, under BBR on the far path sf)
-// the window would hold the connection below what its main path carries
-// alone if sf carried beside it, and why. Everything between a byte sent
-// and its DATA_ACK holds the window; a byte sent on sf holds up the
-// DATA_ACKs of all sent after it for its lag, plus the time its burst
-// waits in sf's queue (burst/rf at sf's rate rf), so the window turns
-// over at most once per lag + burst/rf: with sf the connection carries at
-// most Headroom·W / (lag + burst/rf), and at most c + rf. Below c (the
-// main path alone, which turns the window over in its own round trip),
-// sf costs. rf is what the path can carry as BBR measures it (its pacing
-// rate in ProbeBW, median over the last second: the gains 1.25, 0.75 and
-// six of 1), not what it delivered, which the window bounds too: in
-// ecf-50-50-1m a 50 Mbit/s path beside 47 delivered 10 while the
-// connection gained 13% over TCP on the fast path. With the 632 KiB
-// window of 1 MiB buffers, 70 ms of lag and a main path at 47 Mbit/s:
-// a 10 Mbit/s path bounds the connection at 38 Mbit/s (ecf-50-10-1m,
-// default MPTCP 96% of TCP), a 25 Mbit/s one at 51, a 50 Mbit/s one at
-// 58 (ecf-50-25-1m and ecf-50-50-1m, where default MPTCP gains).
-func (p *shaper) windowBound(r *shapeRound, sf observe.Subflow, s *shapeSub) (string, bool) {
-	if !p.InTimeGate || !p.WindowBound || r.wnd == 0 || !r.mainKnown() || !bbrCC(sf.CC) || s.pace.span() < paceSpan {
-		return "", false
-	}
-	rf := s.pace.median()
-	if rf <= 0 {
-		return "", false
-	}
-	c, lag := p.mainCapacity(r), pathLag(sf, r.main)
-	turn := lag + time.Duration(burst/rf*float64(time.Second))
-	with := math.Min(c+rf, float64(p.Headroom)*float64(r.wnd)/turn.Seconds())
-	if with >= c {
-		return "", false
-	}
-	return fmt.Sprintf("window-bound: with its %s (BBR's estimate) the %.0f%% of the %s window turns over once in %s (its %s lag and 64 KiB at its rate): the connection could carry %s, less than the main path's %s alone",
-		mbit(rf), float64(p.Headroom)*100, units.Size(r.wnd), fmtMs(turn), fmtMs(lag), mbit(with), mbit(c)), true
-}
-
-// paceSpan is how long BBR's pacing in ProbeBW must have been seen
-// before it stands for the path's rate: most of one gain cycle (8 round
-// trips) of a 100 ms path.
-const paceSpan = 500 * time.Millisecond
-
-// addPace keeps a subflow's pacing rate while BBR is in ProbeBW (see
-// shapeSub.pace); ProbeRTT leaves the rate as it was.
-func (s *shapeSub) addPace(now time.Time, sf observe.Subflow) {
-	switch {
-	case !sf.BBR.Known || sf.PacingRate == 0:
-		s.pace = recentRates{}
-	case sf.BBR.Mode == observe.BBRProbeBW:
-		s.pace.add(now, float64(sf.PacingRate), time.Second)
-	case sf.BBR.Mode != observe.BBRProbeRTT:
-		s.pace = recentRates{}
-	}
-}
-
 // noGainInTime tells whether, under a loss-based congestion control on
 // the main path, the in-time model lets the far path sf carry less than
 // the Gain it would have to add (inTimeRate below Gain × the main path's

@@ -14,7 +14,7 @@ import (
 // what the subflows and the connection carry (measure), the main path
 // (pickMain), where joiners go (placeJoiners), the entries that end
 // (endEntries), the far paths the main path waits on (setAsideWaitedOn)
-// and those with no room or bound by the window (setAsideNoRoom), the safety net (safetyNet),
+// and those with no room (setAsideNoRoom), the safety net (safetyNet),
 // the trial that ends or starts (judgeOrStartTrial), the far paths that
 // rest through BBR's ProbeRTT (restThroughProbeRTT), and what each
 // subflow may carry (decisions).
@@ -91,7 +91,6 @@ func (p *shaper) measure(now time.Time, c *Conn) *shapeRound {
 			s.level.add(now, s.recent.median(), 30*time.Second)
 		}
 		wnd = max(wnd, uint64(sf.SndWnd))
-		s.addPace(now, sf)
 	}
 	for id := range st.subs {
 		if !present[id] {
@@ -335,8 +334,7 @@ func (p *shaper) setAsideWaitedOn(r *shapeRound) {
 
 // setAsideNoRoom sets aside (InTimeGate) the far paths that carry where
 // the main path alone fills the window within their lag, once the main
-// path has carried for a second, and those the window would bound below
-// the main path alone (WindowBound).
+// path has carried for a second.
 func (p *shaper) setAsideNoRoom(r *shapeRound) {
 	if !p.InTimeGate || !r.mainKnown() {
 		return
@@ -347,8 +345,6 @@ func (p *shaper) setAsideNoRoom(r *shapeRound) {
 			continue
 		}
 		if why, no := p.noRoom(r, sf); no {
-			p.setAside(r.now, s, why)
-		} else if why, bound := p.windowBound(r, sf, s); bound {
 			p.setAside(r.now, s, why)
 		}
 	}

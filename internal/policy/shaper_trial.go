@@ -43,8 +43,7 @@ func (p *shaper) gate(r *shapeRound, sf observe.Subflow, s *shapeSub) {
 	}
 	if !s.gateSet {
 		s.gateSet, s.gateAt, s.gateWnd, s.gateMain = true, r.now, r.wnd, p.mainCapacity(r)
-		_, bound := p.windowBound(r, sf, s)
-		s.unfit = p.InTimeGate && ID(sf) != r.mainID && p.far(sf, r.main) && r.mainKnown() && r.wnd > 0 && (!p.fitsInTime(r, sf, s) || bound)
+		s.unfit = p.InTimeGate && ID(sf) != r.mainID && p.far(sf, r.main) && r.mainKnown() && r.wnd > 0 && !p.fitsInTime(r, sf, s)
 		if s.unfit {
 			s.why += fmt.Sprintf("; the in-time model says it cannot carry its %s in time: it waits until the %s window or the main path's %s changes by a quarter (at most %s)",
 				mbit(s.capacity(sf)), units.Size(r.wnd), mbit(s.gateMain), 16*p.Retry)
