@@ -90,6 +90,9 @@ type Daemon struct {
 	sampler *observe.Sampler
 	iter    *subflowiter.Sampler
 	pick    *samplerPick // under --sampler auto with the iterator loaded
+	// bbrStateSaid: the log said a policy reads BBR's state without the
+	// iterator (sampler.go).
+	bbrStateSaid bool
 	tracker *observe.Tracker
 	view    view
 	// connsReadAt: when the connections were last read (sampler.go).

@@ -12,7 +12,7 @@ import (
 // syncRequirements keeps what the policies require outside per-subflow
 // decisions in place (under mu): joins as backup, the health program, the
 // rate program, avoid_initial, rto_max and the SYN timeout, the coupled
-// congestion controls. It asks the
+// congestion controls, the sampler that reads BBR's state. It asks the
 // policies (which may resolve interfaces), so it runs on sample rounds and
 // after reloads, not on every event.
 func (d *Daemon) syncRequirements() {
@@ -30,6 +30,7 @@ func (d *Daemon) syncRequirements() {
 	d.syncInitial(req)
 	d.syncRTO(req)
 	d.syncCoupled(req) // coupled.go
+	d.needBBRState(req.BBRState) // sampler.go
 }
 
 // syncRTO keeps the rto_max and SYN timeout program in line with the

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"mpsteer/internal/observe"
@@ -83,6 +84,9 @@ const pickMargin = 0.8
 // its last probe. Both report the same subflows (subflowiter's
 // TestIteratorMatchesSockDiag), so the daemon may switch between samples.
 type samplerPick struct {
+	// bbr: a policy reads BBR's state (policy.Requirements.BBRState),
+	// which only the iterator gives: it is used, and not timed, while so.
+	bbr   atomic.Bool
 	cost  [2]time.Duration // per way; 0 until it is timed
 	using int
 	since int // samples read with the way in use since the last probe
@@ -95,6 +99,9 @@ type samplerPick struct {
 // the other for a probe of pickProbe reads at the start and after every
 // pickRetry samples.
 func (p *samplerPick) next() int {
+	if p.bbr.Load() {
+		return wayIterator
+	}
 	if p.cost[p.using] != 0 && p.since >= pickRetry {
 		return 1 - p.using
 	}
@@ -104,6 +111,9 @@ func (p *samplerPick) next() int {
 // record takes the time a read with way w took and says whether the way
 // in use changed (only at the end of a probe).
 func (p *samplerPick) record(w int, took time.Duration) bool {
+	if p.bbr.Load() {
+		return false
+	}
 	took = max(took, time.Nanosecond)
 	if w == p.using {
 		if p.cost[w] == 0 {
@@ -126,6 +136,19 @@ func (p *samplerPick) record(w int, took time.Duration) bool {
 		return true
 	}
 	return false
+}
+
+// needBBRState keeps the sampler in line with whether a policy reads BBR's
+// state (under mu): the iterator, the only way that has it, is used
+// whatever it costs while one does; said once where it did not load.
+func (d *Daemon) needBBRState(need bool) {
+	if d.pick != nil && d.pick.bbr.Swap(need) != need && need {
+		d.log.Printf("subflows are read by the BPF iterator while a policy reads BBR's state, whatever a read costs against sock_diag (--sampler %s)", SamplerAuto)
+	}
+	if need && d.iter == nil && !d.bbrStateSaid {
+		d.bbrStateSaid = true
+		d.log.Printf("a policy reads BBR's state, which only the BPF iterator gives, and it is not in use: what needs it does not act (ecf's probe_rtt_rest)")
+	}
 }
 
 // minSampleGap: an extra sample asked for (a subflow joined as backup

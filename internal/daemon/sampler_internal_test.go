@@ -152,3 +152,36 @@ func TestSamplerPickHoldsThroughNoise(t *testing.T) {
 		t.Errorf("%d switches in %d probes of two ways that cost the same", switches, probes)
 	}
 }
+
+// While a policy reads BBR's state (ecf's probe_rtt_rest)
+// every read is the iterator's, the only way that has it, even where a
+// dump costs a fifth; the reads are not timed meanwhile, and after it the
+// pick goes back to the faster way.
+func TestSamplerPickReadsBBRStateWithTheIterator(t *testing.T) {
+	p := &samplerPick{}
+	cost := func(_, w int) time.Duration {
+		if w == wayIterator {
+			return iterFew
+		}
+		return diagFew
+	}
+	if ways, _ := drive(p, 20, cost); ways[len(ways)-1] != wayDiag {
+		t.Fatalf("ways %v: want sock_diag, the faster, before", ways)
+	}
+	before := p.cost
+	p.bbr.Store(true)
+	// (Cheaper meanwhile: timed, the iterator would take over.)
+	ways, switches := drive(p, 200, func(i, w int) time.Duration { return cost(i, w) / 10 })
+	for i, w := range ways {
+		if w != wayIterator {
+			t.Fatalf("read %d with sock_diag while BBR's state is needed: %v", i, ways)
+		}
+	}
+	if switches != 0 || p.cost != before {
+		t.Errorf("%d switches, costs %v (before %v): the forced reads were timed", switches, p.cost, before)
+	}
+	p.bbr.Store(false)
+	if ways, _ := drive(p, 10, cost); ways[len(ways)-1] != wayDiag {
+		t.Errorf("ways %v after: want sock_diag again", ways)
+	}
+}

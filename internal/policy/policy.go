@@ -236,6 +236,10 @@ type Requirements struct {
 	// Coupled: the MPTCP subflows of each scope's connections run a
 	// coupled congestion control (coupled.go), in the order given.
 	Coupled []CoupledScope
+	// BBRState: the policy reads BBR's own state (observe.Subflow.BBR),
+	// which only the BPF iterator gives: the daemon reads subflows with it
+	// while a policy asks, whatever its reads cost against sock_diag.
+	BBRState bool
 }
 
 // Requirer is implemented by policies with Requirements.
@@ -362,6 +366,7 @@ func (e *Engine) Requirements() Requirements {
 		r.Limits = r.Limits || req.Limits
 		r.HealthReports = r.HealthReports || req.HealthReports
 		r.JoinBackup = r.JoinBackup || req.JoinBackup
+		r.BBRState = r.BBRState || req.BBRState
 		for a, who := range req.BackupAddrs {
 			if _, taken := r.BackupAddrs[a]; !taken {
 				r.BackupAddrs[a] = who

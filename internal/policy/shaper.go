@@ -145,7 +145,8 @@ type ShaperConfig struct {
 }
 
 func (p *shaper) requirements() Requirements {
-	return Requirements{Limits: p.InTimeCaps || p.StartupGuard, NotSentLowat: int(p.NotSentLowat), JoinBackup: p.JoinBackup}
+	return Requirements{Limits: p.InTimeCaps || p.StartupGuard, NotSentLowat: int(p.NotSentLowat), JoinBackup: p.JoinBackup,
+		BBRState: p.ProbeRTTRest}
 }
 
 func newShaper() shaper {

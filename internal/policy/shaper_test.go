@@ -351,6 +351,20 @@ func TestShaperJoinBackupIsAKey(t *testing.T) {
 	}
 }
 
+// The ProbeRTT rest reads BBR's state: it asks for the sampler that has it.
+func TestShaperAsksForBBRStateWhereItReadsIt(t *testing.T) {
+	for src, want := range map[string]bool{
+		"name: ecf":                             true,
+		"name: ecf\nprobe_rtt_rest: false":      false,
+		"name: dynthresh":                       false,
+		"name: dynthresh\nprobe_rtt_rest: true": true,
+	} {
+		if got := mustBuild(t, src, Env{}).(Requirer).Requirements().BBRState; got != want {
+			t.Errorf("%q: asks for BBR's state %v, want %v", src, got, want)
+		}
+	}
+}
+
 func TestShaperSetsAsideThePathThatTurnedBadNotTheGoodOne(t *testing.T) {
 	// Two equal paths; at 5 s the joiner's turns lossy: it delivers
 	// little and holds the connection up. Its best rate of the last 30 s
