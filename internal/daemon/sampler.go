@@ -82,7 +82,8 @@ const pickMargin = 0.8
 // they cross depends on the kernel and the host. The cost of the way in
 // use is a moving average of its reads' times; the other's is the mean of
 // its last probe. Both report the same subflows (subflowiter's
-// TestIteratorMatchesSockDiag), so the daemon may switch between samples.
+// TestIteratorMatchesSockDiag), so the daemon may switch between samples;
+// only BBR's own state is the iterator's alone (see bbr).
 type samplerPick struct {
 	// bbr: a policy reads BBR's state (policy.Requirements.BBRState),
 	// which only the iterator gives: it is used, and not timed, while so.
