@@ -131,9 +131,10 @@ type Progress struct {
 
 // DeadlineRace says the target's only failure is Go's fuzz coordinator
 // reporting its own -fuzztime deadline, at or after fuzzTime, with no
-// failing input written: not a finding.
+// failing input written: not a finding. Without a fuzz time (a count,
+// which has no deadline) it never is.
 func (p *Progress) DeadlineRace(fuzzTime time.Duration) bool {
-	return len(p.failure) == 1 && p.failure[0] == goDeadlineRace && !p.inputWritten && p.failedAt >= fuzzTime
+	return fuzzTime > 0 && len(p.failure) == 1 && p.failure[0] == goDeadlineRace && !p.inputWritten && p.failedAt >= fuzzTime
 }
 
 // failureLine follows the lines under a target's --- FAIL line.

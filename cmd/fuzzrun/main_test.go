@@ -89,6 +89,7 @@ func TestDeadlineRace(t *testing.T) {
 		log      string
 		fuzzTime time.Duration
 	}{
+		"no fuzz time (a count)":   {recorded, 0},
 		"before the fuzz time":     {recorded, 20 * time.Second},
 		"another message":          {strings.Replace(recorded, "    context deadline exceeded", "    fake_test.go:9: boom", 1), 10 * time.Second},
 		"a second message":         {strings.Replace(recorded, "    context deadline exceeded", "    context deadline exceeded\n    fake_test.go:9: boom", 1), 10 * time.Second},
