@@ -3,6 +3,7 @@ package pm_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -14,8 +15,10 @@ import (
 
 	"mpsteer/internal/kernelfeat"
 	"mpsteer/internal/netnsutil"
+	"mpsteer/internal/observe"
 	"mpsteer/internal/pm"
 	"mpsteer/internal/testutil"
+	"mpsteer/internal/timescale"
 )
 
 func TestFlagsStringAndParse(t *testing.T) {
@@ -38,24 +41,44 @@ func listenNS(t *testing.T, ns string) *pm.EventListener {
 	return l
 }
 
-// waitEvent reads events until one matches or the time runs out.
+// waitEvent reads events until one matches or the time runs out (5 s,
+// stretched where everything runs slower: timescale).
 func waitEvent(t *testing.T, l *pm.EventListener, what string, match func(pm.Event) bool) pm.Event {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	ev, err := nextEvent(l, what, match)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func nextEvent(l *pm.EventListener, what string, match func(pm.Event) bool) (pm.Event, error) {
+	deadline := time.Now().Add(timescale.Scaled(5 * time.Second))
 	l.SetDeadline(deadline)
 	for time.Now().Before(deadline) {
 		evs, err := l.Receive()
 		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
+			return pm.Event{}, fmt.Errorf("waiting for %s: %w", what, err)
 		}
 		for _, ev := range evs {
 			if match(ev) {
-				return ev
+				return ev, nil
 			}
 		}
 	}
-	t.Fatalf("no %s event", what)
-	return pm.Event{}
+	return pm.Event{}, fmt.Errorf("no %s event", what)
+}
+
+// counterMoves names the MPTCP MIB counters of a namespace that moved
+// since before, for a failure's message.
+func counterMoves(t *testing.T, ns string, before observe.MPTCPCounters, names ...string) string {
+	t.Helper()
+	now := testutil.MPTCPCounters(t, ns).Since(before)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s +%d", n, now[n]))
+	}
+	return ns + ": " + strings.Join(parts, ", ")
 }
 
 func TestKernelPathManagerEndpointsAndLimits(t *testing.T) {
@@ -252,10 +275,18 @@ func TestUserspacePathManagerAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEvent(t, sev, "announced", func(e pm.Event) bool { return e.Type == pm.EventAnnounced && e.RemoteID == 6 })
+	cBefore, sBefore := testutil.MPTCPCounters(t, h.Client), testutil.MPTCPCounters(t, h.Server)
 	if err := cl.Remove(token, 6); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, sev, "removed", func(e pm.Event) bool { return e.Type == pm.EventRemoved && e.RemoteID == 6 })
+	if _, err := nextEvent(sev, "removed", func(e pm.Event) bool { return e.Type == pm.EventRemoved && e.RemoteID == 6 }); err != nil {
+		// Whether the kernel sent the REMOVE_ADDR (it drops one while
+		// another signal of the connection is pending: RmAddrTxDrop) and
+		// whether the peer took it.
+		t.Fatalf("%v (%s; %s)", err,
+			counterMoves(t, h.Client, cBefore, "RmAddrTx", "RmAddrTxDrop"),
+			counterMoves(t, h.Server, sBefore, "RmAddr", "RmAddrDrop"))
+	}
 
 	conn.Close()
 	waitEvent(t, cev, "closed", func(e pm.Event) bool { return e.Type == pm.EventClosed && e.Token == token })
