@@ -199,6 +199,9 @@ func (a *endpointFlags) noticeOthers(byAddr map[netip.Addr]pm.Endpoint) []api.Ac
 		}
 	}
 	for addr, mine := range a.set {
+		if st := a.reopening[addr]; st != nil && st.pending != nil {
+			continue // removed by the daemon, to be added again (reopen.go)
+		}
 		ep, ok := byAddr[addr]
 		switch {
 		case !ok || ep.ID != mine.ID:
@@ -478,6 +481,12 @@ func (a *endpointFlags) restoreAddr(addr netip.Addr, usage map[netip.Addr]int) [
 
 func (a *endpointFlags) Restore() []api.ActionRecord {
 	var acts []api.ActionRecord
+	for _, st := range a.reopening {
+		// An endpoint removed and not added again yet: restoreAddr puts
+		// back what it was (its record in the state file), or, owned by
+		// mpsteer, leaves it removed, as it would remove it.
+		st.pending = nil
+	}
 	if err := a.readEndpoints(true); err != nil {
 		return []api.ActionRecord{record("endpoint", "list endpoints", err)}
 	}

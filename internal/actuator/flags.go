@@ -65,8 +65,12 @@ type Flags interface {
 	// Reopen carries out one round's Reopen wishes (reopen.go): est and
 	// joining are the namespace's established and joining subflows.
 	Reopen(wants []policy.Action, est, joining []observe.Subflow, now time.Time) []api.ActionRecord
-	// ReopenDue is when the next re-add is due (zero: none).
+	// ReopenDue is when the next re-add, or the add of an endpoint a
+	// re-add removed, is due (zero: none).
 	ReopenDue() time.Time
+	// ReopenPending: a re-add removed an endpoint and has yet to add it
+	// again (Reopen must be called until it has, wished for or not).
+	ReopenPending() bool
 	// Restore undoes what the actuator changed (the daemon exits), where
 	// no one else has changed it since.
 	Restore() []api.ActionRecord

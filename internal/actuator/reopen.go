@@ -47,6 +47,18 @@ type reopenState struct {
 	// note: why it was not re-added the last time it was due (said once
 	// until it changes).
 	note string
+	// pending: the endpoint is removed and is to be added again at
+	// pending.at (removeAddrTravel).
+	pending *pendingAdd
+}
+
+// pendingAdd is the second half of a re-add: the endpoint to add, and what
+// it was (put back should the add fail).
+type pendingAdd struct {
+	at          time.Time
+	was, fresh  pm.Endpoint
+	owned       bool
+	who, reason string
 }
 
 // joinsAllowed: how many joins the kernel path manager lets one
@@ -82,11 +94,14 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 	if a.reopening == nil {
 		a.reopening = map[netip.Addr]*reopenState{}
 	}
+	// Endpoints removed by an earlier round are added back when due,
+	// whether or not anyone still asks (what was removed comes back).
+	acts := a.addPending(now, false)
 	for addr, st := range a.reopening {
 		// Answered: nobody asks any more. A round without the wish (a
 		// policy that could not resolve its interfaces for a moment) does
 		// not reset the pace: the state goes after two intervals.
-		if byAddr[addr] == nil && now.Sub(st.asked) >= 2*st.interval {
+		if byAddr[addr] == nil && st.pending == nil && now.Sub(st.asked) >= 2*st.interval {
 			delete(a.reopening, addr)
 		}
 	}
@@ -95,7 +110,6 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 		addrs = append(addrs, addr)
 	}
 	sort.Slice(addrs, func(i, j int) bool { return addrs[i].Less(addrs[j]) })
-	var acts []api.ActionRecord
 	for _, addr := range addrs {
 		w := byAddr[addr]
 		st := a.reopening[addr]
@@ -104,7 +118,7 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 			a.reopening[addr] = st
 		}
 		st.who, st.interval, st.asked = w.who, w.interval, now
-		if !st.last.IsZero() && now.Before(st.due()) {
+		if st.pending != nil || !st.last.IsZero() && now.Before(st.due()) {
 			continue
 		}
 		why, ok := a.mayReopen(addr, w.tokens, est, joining)
@@ -125,14 +139,24 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 		if !a.gate.Ready(key, now) {
 			continue
 		}
-		rec, err := a.reopenEndpoint(addr)
-		a.gate.Done(key, err, now)
+		reason := fmt.Sprintf("%s; re-add #%d for %d connection(s), %s since the first", w.why, st.count+1, len(w.tokens), now.Sub(st.since).Round(time.Millisecond))
+		wait := removeAddrTravel(addr, w.tokens, est, joining)
+		p, rec, err := a.removeForReopen(addr)
 		st.last = now
 		if err == nil {
 			st.count++
+			p.who, p.reason = w.who, reason
+			if wait > 0 {
+				p.at = now.Add(wait)
+				st.pending = &p
+				rec.Target += fmt.Sprintf(" (removed: added again in %s)", wait.Round(time.Millisecond))
+				reason += fmt.Sprintf("; added again once its REMOVE_ADDR reached the peer over the other paths (their largest smoothed RTT, %s): the fresh subflow's address id is 0, as the subflow's it replaces", wait.Round(time.Millisecond))
+			} else {
+				rec, err = a.addForReopen(addr, p)
+			}
 		}
-		rec.Policy = w.who
-		rec.Reason = fmt.Sprintf("%s; re-add #%d for %d connection(s), %s since the first", w.why, st.count, len(w.tokens), now.Sub(st.since).Round(time.Millisecond))
+		a.gate.Done(key, err, now)
+		rec.Policy, rec.Reason = w.who, reason
 		acts = append(acts, rec)
 	}
 	if len(acts) > 0 {
@@ -158,14 +182,83 @@ func (st *reopenState) due() time.Time {
 func (a *endpointFlags) ReopenDue() time.Time {
 	var first time.Time
 	for _, st := range a.reopening {
-		if st.last.IsZero() {
+		d := st.last.Add(st.interval)
+		switch {
+		case st.pending != nil:
+			d = st.pending.at
+		case st.last.IsZero():
 			continue
 		}
-		if d := st.last.Add(st.interval); first.IsZero() || d.Before(first) {
+		if first.IsZero() || d.Before(first) {
 			first = d
 		}
 	}
 	return first
+}
+
+// ReopenPending: an endpoint is removed and waits to be added again.
+func (a *endpointFlags) ReopenPending() bool {
+	for _, st := range a.reopening {
+		if st.pending != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *subflowFlags) ReopenPending() bool { return false }
+
+// removeAddrTravel is how long a re-add of addr waits between removing
+// the endpoint and adding it again: zero, unless a subflow from addr of a
+// connection asking has address id 0 (the connection's own address: its
+// initial subflow, or a join from that address, which the kernel numbers
+// 0 whatever the endpoint's id). Removing the endpoint sends the peer a
+// REMOVE_ADDR for id 0 over the other paths, behind their queues; the
+// fresh subflow's join from addr carries id 0 too, and a join that
+// reached the peer first would be closed by it (the spare id that keeps
+// other addresses apart cannot help there). So the add waits for the
+// REMOVE_ADDR to be there: the largest smoothed RTT of the connections'
+// subflows on other addresses (a one-way trip with the queue, and the
+// way back's delay to spare).
+func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow) time.Duration {
+	idZero := false
+	for _, sfs := range [][]observe.Subflow{est, joining} {
+		for _, sf := range sfs {
+			if tokens[sf.Token] && sf.Local.Addr().Unmap() == addr && sf.LocalID == 0 {
+				idZero = true
+			}
+		}
+	}
+	if !idZero {
+		return 0
+	}
+	var wait time.Duration
+	for _, sf := range est {
+		if tokens[sf.Token] && sf.Local.Addr().Unmap() != addr {
+			wait = max(wait, sf.SRTT)
+		}
+	}
+	return wait
+}
+
+// addPending adds back the endpoints removed by earlier rounds whose time
+// has come (all of them with force: the daemon exits).
+func (a *endpointFlags) addPending(now time.Time, force bool) []api.ActionRecord {
+	var acts []api.ActionRecord
+	for addr, st := range a.reopening {
+		p := st.pending
+		if p == nil || !force && now.Before(p.at.Add(-reopenSlack)) {
+			continue
+		}
+		st.pending = nil
+		rec, err := a.addForReopen(addr, *p)
+		if err == nil && !force {
+			st.last = now // the probe's SYNs start now: the pace counts from here
+		}
+		rec.Policy, rec.Reason = p.who, p.reason
+		acts = append(acts, rec)
+	}
+	return acts
 }
 
 func (a *subflowFlags) ReopenDue() time.Time { return time.Time{} }
@@ -247,11 +340,12 @@ func slicesCompact(s []string) []string {
 	return out
 }
 
-// reopenEndpoint removes addr's endpoint and adds it again with its id,
-// port and interface, without the backup flag (with the subflow flag when
-// mpsteer owns it). What it was is recorded first, so that a daemon that
-// dies in between has it put back by the next.
-func (a *endpointFlags) reopenEndpoint(addr netip.Addr) (api.ActionRecord, error) {
+// removeForReopen removes addr's endpoint, the first half of a re-add,
+// and says what addForReopen is to add: the endpoint with its id (or the
+// spare one), port and interface, without the backup flag (with the
+// subflow flag when mpsteer owns it). What it was is recorded first, so
+// that a daemon that dies before the add has it put back by the next.
+func (a *endpointFlags) removeForReopen(addr netip.Addr) (pendingAdd, api.ActionRecord, error) {
 	ep := a.byAddr()[addr]
 	id, owned := a.state.Owned(addr)
 	owned = owned && id == ep.ID
@@ -267,7 +361,7 @@ func (a *endpointFlags) reopenEndpoint(addr netip.Addr) (api.ActionRecord, error
 		}
 		a.state.Reopening(addr, orig)
 		if err := a.state.Save(); err != nil {
-			return record(string(policy.Reopen), target, fmt.Errorf("not re-added: what it was could not be kept first: %w", err)), err
+			return pendingAdd{}, record(string(policy.Reopen), target, fmt.Errorf("not re-added: what it was could not be kept first: %w", err)), err
 		}
 	}
 	// The endpoint comes back under the other of two ids (its own and a
@@ -278,6 +372,7 @@ func (a *endpointFlags) reopenEndpoint(addr netip.Addr) (api.ActionRecord, error
 	ids := a.reopenIDs[addr]
 	if ids[0] == 0 {
 		ids[0] = ep.ID
+		a.reopenIDs[addr] = ids
 	}
 	next := ids[0]
 	if ep.ID == ids[0] {
@@ -285,12 +380,21 @@ func (a *endpointFlags) reopenEndpoint(addr netip.Addr) (api.ActionRecord, error
 	}
 	if err := a.c.DelEndpoint(ep); err != nil {
 		a.state.Reopened(addr)
-		return record(string(policy.Reopen), target, fmt.Errorf("remove %s: %w", ep, err)), err
+		return pendingAdd{}, record(string(policy.Reopen), target, fmt.Errorf("remove %s: %w", ep, err)), err
 	}
 	a.remove(ep.ID)
 	fresh := pm.Endpoint{ID: next, Addr: ep.Addr, Port: ep.Port, Flags: nf, IfIndex: ep.IfIndex}
+	return pendingAdd{was: ep, fresh: fresh, owned: owned}, record(string(policy.Reopen), target, nil), nil
+}
+
+// addForReopen adds the endpoint removeForReopen removed, the second half
+// of a re-add; if it cannot, it puts back what was there.
+func (a *endpointFlags) addForReopen(addr netip.Addr, p pendingAdd) (api.ActionRecord, error) {
+	target := fmt.Sprintf("endpoint %s", addr)
+	ep, fresh := p.was, p.fresh
+	ids := a.reopenIDs[addr]
 	created, err := a.c.AddEndpoint(fresh)
-	if err != nil && next != 0 {
+	if err != nil && fresh.ID != 0 {
 		// Its id taken meanwhile (another manager's endpoint): any other.
 		fresh.ID = 0
 		created, err = a.c.AddEndpoint(fresh)
@@ -311,7 +415,7 @@ func (a *endpointFlags) reopenEndpoint(addr netip.Addr) (api.ActionRecord, error
 			a.state.Reopened(addr)
 			return record(string(policy.Reopen), target, fmt.Errorf("add %s: %w (put back as it was)", fresh, err)), err
 		}
-		if owned {
+		if p.owned {
 			a.state.Forget(addr)
 		}
 		delete(a.set, addr)
@@ -322,7 +426,7 @@ func (a *endpointFlags) reopenEndpoint(addr netip.Addr) (api.ActionRecord, error
 	if created.Flags != ep.Flags {
 		a.state.SetFlags(addr, ep.Flags, created.Flags)
 	}
-	if owned {
+	if p.owned {
 		a.state.Own(addr, created.ID)
 	}
 	a.state.Reopened(addr)

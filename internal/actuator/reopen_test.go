@@ -331,3 +331,89 @@ func TestReopenPaceSurvivesARoundWithoutTheWish(t *testing.T) {
 		t.Fatal("still paced after the wishes stopped")
 	}
 }
+
+// A re-add whose subflows from the address have id 0 (the connection's
+// own address: its initial subflow, then the probes from it) removes the
+// endpoint and adds it again only once the REMOVE_ADDR for id 0, sent
+// over the other path, can have reached the peer: the fresh join carries
+// id 0 too. The pace counts from the add; a removed endpoint is added
+// back even when no one asks any more, and put back as it was on exit.
+func TestReopenOfAddressIDZeroWaitsForTheRemoveAddr(t *testing.T) {
+	k := newFakePM(pm.Endpoint{ID: 1, Addr: addrB, Flags: pm.FlagSubflow})
+	state := newState(t)
+	a := NewEndpointFlags(k, &Gate{}, state, Scope{}, nil)
+	initial, other := est(7, addrB, 40001), joinSf(7, addrA, 40000) // initial: LocalID 0
+	other.SRTT, other.LocalID = 60*time.Millisecond, 2
+	slower := joinSf(9, addrA, 40003) // another connection, not asking: not waited for
+	slower.SRTT = 500 * time.Millisecond
+	sfs := []observe.Subflow{initial, other, slower}
+	want := []policy.Action{reopenWant(7, addrB, 300*time.Millisecond)}
+	t0 := time.Unix(100, 0)
+	// The stalled initial subflow was made backup first.
+	a.Apply(decide(true, initial), sfs, Round{Now: t0.Add(-time.Second), Refresh: true})
+	if k.flags(1) != pm.FlagSubflow|pm.FlagBackup {
+		t.Fatalf("flags %v", k.flags(1))
+	}
+
+	recs := a.Reopen(want, sfs, nil, t0)
+	if calls(k, "del") != 1 || calls(k, "add") != 0 {
+		t.Fatalf("calls %v: want the endpoint removed and not yet added", k.calls)
+	}
+	if len(recs) != 1 || recs[0].Result != string(policy.Applied) || !strings.Contains(recs[0].Target, "added again in 60ms") {
+		t.Fatalf("records %+v", recs)
+	}
+	if !a.ReopenPending() || !a.ReopenDue().Equal(t0.Add(60*time.Millisecond)) {
+		t.Fatalf("pending %v, due %v: want the add due in 60 ms", a.ReopenPending(), a.ReopenDue().Sub(t0))
+	}
+	if e, ok := state.ReopeningOf(addrB); !ok || e.Flags != pm.FlagSubflow {
+		t.Fatalf("crash record %+v %v: what it was before mpsteer must be kept while it is removed", e, ok)
+	}
+	// A refresh meanwhile finds it gone and must not forget it.
+	a.Apply(decide(false, other), []observe.Subflow{other}, Round{Now: t0.Add(30 * time.Millisecond), Refresh: true})
+	a.Reopen(want, []observe.Subflow{other}, nil, t0.Add(30*time.Millisecond))
+	if calls(k, "add") != 0 || calls(k, "del") != 1 {
+		t.Fatalf("calls %v: nothing before the add is due", k.calls)
+	}
+	if _, ok := state.ReopeningOf(addrB); !ok {
+		t.Fatal("the crash record went while the endpoint was removed")
+	}
+	// Due: added, though no one asks in this round.
+	at := t0.Add(60 * time.Millisecond)
+	recs = a.Reopen(nil, []observe.Subflow{other}, nil, at)
+	if e := epOf(k, addrB); e.Addr != addrB || e.Flags != pm.FlagSubflow || len(recs) != 1 || !strings.Contains(recs[0].Target, "re-added") {
+		t.Fatalf("endpoint %+v, records %+v: want it added without backup", e, recs)
+	}
+	if a.ReopenPending() || !a.ReopenDue().Equal(at.Add(300*time.Millisecond)) {
+		t.Fatalf("pending %v, next due %v after the add: want the pace from the add", a.ReopenPending(), a.ReopenDue().Sub(at))
+	}
+	if _, ok := state.ReopeningOf(addrB); ok {
+		t.Fatal("the crash record stays after the endpoint is back")
+	}
+
+	// The probe from it has id 0 as well: the next re-add waits too;
+	// the daemon exits before the add: the endpoint is put back as it was.
+	probe := est(7, addrB, 40002)
+	probe.State = observe.TCPSynSent
+	a.Reopen(want, []observe.Subflow{other}, []observe.Subflow{probe}, at.Add(300*time.Millisecond))
+	if calls(k, "del") != 2 || !a.ReopenPending() {
+		t.Fatalf("calls %v: want the second re-add's removal, pending", k.calls)
+	}
+	a.Restore()
+	if e := epOf(k, addrB); e.Addr != addrB || e.Flags != pm.FlagSubflow || !state.Empty() {
+		t.Fatalf("after restore: %+v, state empty %v: want it as it was before mpsteer", e, state.Empty())
+	}
+	if a.Reopen(nil, []observe.Subflow{other}, nil, at.Add(time.Second)); calls(k, "add") != 2 {
+		t.Fatalf("calls %v: the add the restore made moot was made after it", k.calls)
+	}
+
+	// A join from the address under its endpoint's id: removed and added
+	// in one go (the spare id keeps the two apart).
+	k2 := newFakePM(pm.Endpoint{ID: 1, Addr: addrB, Flags: pm.FlagSubflow})
+	a2 := NewEndpointFlags(k2, &Gate{}, newState(t), Scope{}, nil)
+	stalled := joinSf(7, addrB, 40001)
+	stalled.LocalID = 1
+	a2.Reopen(want, []observe.Subflow{stalled, other}, nil, t0)
+	if calls(k2, "del") != 1 || calls(k2, "add") != 1 || a2.ReopenPending() {
+		t.Fatalf("calls %v: want removed and added at once", k2.calls)
+	}
+}

@@ -93,8 +93,8 @@ type Daemon struct {
 	// bbrStateSaid: the log said a policy reads BBR's state without the
 	// iterator (sampler.go).
 	bbrStateSaid bool
-	tracker *observe.Tracker
-	view    view
+	tracker      *observe.Tracker
+	view         view
 	// connsReadAt: when the connections were last read (sampler.go).
 	connsReadAt time.Time
 

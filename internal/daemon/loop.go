@@ -288,7 +288,7 @@ func (d *Daemon) round(t taken) {
 	if len(reopen) > 0 || d.apply.reopening {
 		// Every round, decided or quiet: re-adds are paced by time.
 		recs := d.apply.flags.Reopen(reopen, est, joining(d.view.subflows), now)
-		d.apply.reopening = len(reopen) > 0
+		d.apply.reopening = len(reopen) > 0 || d.apply.flags.ReopenPending()
 		if len(recs) > 0 {
 			d.quiet.dirty = true
 			d.records.add(d, recs...)

@@ -29,7 +29,7 @@ func (d *Daemon) syncRequirements() {
 	}
 	d.syncInitial(req)
 	d.syncRTO(req)
-	d.syncCoupled(req) // coupled.go
+	d.syncCoupled(req)           // coupled.go
 	d.needBBRState(req.BBRState) // sampler.go
 }
 
