@@ -50,6 +50,9 @@ type reopenState struct {
 	// pending: the endpoint is removed and is to be added again at
 	// pending.at (removeAddrTravel).
 	pending *pendingAdd
+	// pathRTT: the largest minimum RTT the subflows from the address
+	// showed (its subflows stall and close; this stays).
+	pathRTT time.Duration
 }
 
 // pendingAdd is the second half of a re-add: the endpoint to add, and what
@@ -140,7 +143,12 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 			continue
 		}
 		reason := fmt.Sprintf("%s; re-add #%d for %d connection(s), %s since the first", w.why, st.count+1, len(w.tokens), now.Sub(st.since).Round(time.Millisecond))
-		wait := removeAddrTravel(addr, w.tokens, est, joining)
+		for _, sf := range est {
+			if w.tokens[sf.Token] && sf.Local.Addr().Unmap() == addr {
+				st.pathRTT = max(st.pathRTT, sf.MinRTT)
+			}
+		}
+		wait, other := removeAddrTravel(addr, w.tokens, est, joining, st.pathRTT)
 		p, rec, err := a.removeForReopen(addr)
 		st.last = now
 		if err == nil {
@@ -150,7 +158,7 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 				p.at = now.Add(wait)
 				st.pending = &p
 				rec.Target += fmt.Sprintf(" (removed: added again in %s)", wait.Round(time.Millisecond))
-				reason += fmt.Sprintf("; added again once its REMOVE_ADDR reached the peer over the other paths (their largest smoothed RTT, %s): the fresh subflow's address id is 0, as the subflow's it replaces", wait.Round(time.Millisecond))
+				reason += fmt.Sprintf("; added again once its REMOVE_ADDR can have reached the peer over the other paths (their largest smoothed RTT, %s, less the path's round trip, %s): the fresh subflow's address id is 0, as the subflow's it replaces", other.Round(time.Millisecond), st.pathRTT.Round(time.Millisecond))
 			} else {
 				rec, err = a.addForReopen(addr, p)
 			}
@@ -214,13 +222,17 @@ func (a *subflowFlags) ReopenPending() bool { return false }
 // initial subflow, or a join from that address, which the kernel numbers
 // 0 whatever the endpoint's id). Removing the endpoint sends the peer a
 // REMOVE_ADDR for id 0 over the other paths, behind their queues; the
-// fresh subflow's join from addr carries id 0 too, and a join that
-// reached the peer first would be closed by it (the spare id that keeps
-// other addresses apart cannot help there). So the add waits for the
-// REMOVE_ADDR to be there: the largest smoothed RTT of the connections'
-// subflows on other addresses (a one-way trip with the queue, and the
-// way back's delay to spare).
-func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow) time.Duration {
+// fresh subflow's join from addr carries id 0 too, and a join the peer
+// had before the REMOVE_ADDR would be closed by it (the spare id that
+// keeps other addresses apart cannot help there). The REMOVE_ADDR takes
+// a one-way trip of the other path with its queue, at most its smoothed
+// RTT (other: the largest of the connections' subflows on other
+// addresses); the join is the peer's a SYN, a SYN/ACK and an ACK after
+// the add, one and a half of the path's round trips (pathRTT, the
+// minimum its subflows showed; 0 when none did). So the add waits the
+// other path's smoothed RTT less the path's round trip: half a round
+// trip of the path and the other path's way back to spare.
+func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow, pathRTT time.Duration) (wait, other time.Duration) {
 	idZero := false
 	for _, sfs := range [][]observe.Subflow{est, joining} {
 		for _, sf := range sfs {
@@ -230,15 +242,14 @@ func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []ob
 		}
 	}
 	if !idZero {
-		return 0
+		return 0, 0
 	}
-	var wait time.Duration
 	for _, sf := range est {
 		if tokens[sf.Token] && sf.Local.Addr().Unmap() != addr {
-			wait = max(wait, sf.SRTT)
+			other = max(other, sf.SRTT)
 		}
 	}
-	return wait
+	return max(0, other-pathRTT), other
 }
 
 // addPending adds back the endpoints removed by earlier rounds whose time

@@ -335,15 +335,17 @@ func TestReopenPaceSurvivesARoundWithoutTheWish(t *testing.T) {
 // A re-add whose subflows from the address have id 0 (the connection's
 // own address: its initial subflow, then the probes from it) removes the
 // endpoint and adds it again only once the REMOVE_ADDR for id 0, sent
-// over the other path, can have reached the peer: the fresh join carries
-// id 0 too. The pace counts from the add; a removed endpoint is added
+// over the other path, can have reached the peer before the fresh join,
+// which carries id 0 too: the other path's smoothed RTT less the path's
+// round trip. The pace counts from the add; a removed endpoint is added
 // back even when no one asks any more, and put back as it was on exit.
 func TestReopenOfAddressIDZeroWaitsForTheRemoveAddr(t *testing.T) {
 	k := newFakePM(pm.Endpoint{ID: 1, Addr: addrB, Flags: pm.FlagSubflow})
 	state := newState(t)
 	a := NewEndpointFlags(k, &Gate{}, state, Scope{}, nil)
 	initial, other := est(7, addrB, 40001), joinSf(7, addrA, 40000) // initial: LocalID 0
-	other.SRTT, other.LocalID = 60*time.Millisecond, 2
+	initial.MinRTT = 20 * time.Millisecond
+	other.SRTT, other.LocalID = 80*time.Millisecond, 2
 	slower := joinSf(9, addrA, 40003) // another connection, not asking: not waited for
 	slower.SRTT = 500 * time.Millisecond
 	sfs := []observe.Subflow{initial, other, slower}
@@ -397,6 +399,11 @@ func TestReopenOfAddressIDZeroWaitsForTheRemoveAddr(t *testing.T) {
 	a.Reopen(want, []observe.Subflow{other}, []observe.Subflow{probe}, at.Add(300*time.Millisecond))
 	if calls(k, "del") != 2 || !a.ReopenPending() {
 		t.Fatalf("calls %v: want the second re-add's removal, pending", k.calls)
+	}
+	// The path's round trip is remembered from the stalled subflow: the
+	// wait is again the other path's 80 ms less the path's 20 ms.
+	if due := a.ReopenDue().Sub(at.Add(300 * time.Millisecond)); due != 60*time.Millisecond {
+		t.Fatalf("second add due in %v, want 60ms", due)
 	}
 	a.Restore()
 	if e := epOf(k, addrB); e.Addr != addrB || e.Flags != pm.FlagSubflow || !state.Empty() {

@@ -270,22 +270,33 @@ func TestUserspacePathManagerAndEvents(t *testing.T) {
 	}
 	waitEvent(t, cev, "sub_closed", func(e pm.Event) bool { return e.Type == pm.EventSubClosed && e.Local == sub.Local })
 	// Destroying its last subflow retired id 5; announce again and take the
-	// announcement back.
-	if err := cl.Announce(token, pm.Endpoint{ID: 6, Addr: h.ClientAddr(2)}); err != nil {
-		t.Fatal(err)
-	}
-	waitEvent(t, sev, "announced", func(e pm.Event) bool { return e.Type == pm.EventAnnounced && e.RemoteID == 6 })
-	cBefore, sBefore := testutil.MPTCPCounters(t, h.Client), testutil.MPTCPCounters(t, h.Server)
-	if err := cl.Remove(token, 6); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nextEvent(sev, "removed", func(e pm.Event) bool { return e.Type == pm.EventRemoved && e.RemoteID == 6 }); err != nil {
-		// Whether the kernel sent the REMOVE_ADDR (it drops one while
-		// another signal of the connection is pending: RmAddrTxDrop) and
-		// whether the peer took it.
-		t.Fatalf("%v (%s; %s)", err,
+	// announcement back. The kernel sends a REMOVE_ADDR once, with no echo
+	// to wait for (an ADD_ADDR has one, and is sent again without it), and
+	// drops one while another signal of the connection waits
+	// (RmAddrTxDrop): one went missing in a CI run on 6.12 under software
+	// emulation, and in none of 345 runs of this test on 6.12 and 15 on 6.1
+	// since. So up to three tries, each with a fresh id and each miss
+	// logged with the counters that say where it went; a third miss fails.
+	for id := uint8(6); ; id++ {
+		if err := cl.Announce(token, pm.Endpoint{ID: id, Addr: h.ClientAddr(2)}); err != nil {
+			t.Fatal(err)
+		}
+		waitEvent(t, sev, "announced", func(e pm.Event) bool { return e.Type == pm.EventAnnounced && e.RemoteID == id })
+		cBefore, sBefore := testutil.MPTCPCounters(t, h.Client), testutil.MPTCPCounters(t, h.Server)
+		if err := cl.Remove(token, id); err != nil {
+			t.Fatal(err)
+		}
+		_, err := nextEvent(sev, "removed", func(e pm.Event) bool { return e.Type == pm.EventRemoved && e.RemoteID == id })
+		if err == nil {
+			break
+		}
+		msg := fmt.Sprintf("id %d: %v (%s; %s)", id, err,
 			counterMoves(t, h.Client, cBefore, "RmAddrTx", "RmAddrTxDrop"),
 			counterMoves(t, h.Server, sBefore, "RmAddr", "RmAddrDrop"))
+		if id == 8 {
+			t.Fatal(msg)
+		}
+		t.Log(msg + ": again")
 	}
 
 	conn.Close()
