@@ -230,8 +230,9 @@ func (a *subflowFlags) ReopenPending() bool { return false }
 // addresses); the join is the peer's a SYN, a SYN/ACK and an ACK after
 // the add, one and a half of the path's round trips (pathRTT, the
 // minimum its subflows showed; 0 when none did). So the add waits the
-// other path's smoothed RTT less the path's round trip: half a round
-// trip of the path and the other path's way back to spare.
+// other path's smoothed RTT less the path's round trip, counted from the
+// round that removes the endpoint: half a round trip of the path and the
+// other path's way back to spare, less what the removal itself took.
 func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow, pathRTT time.Duration) (wait, other time.Duration) {
 	idZero := false
 	for _, sfs := range [][]observe.Subflow{est, joining} {
