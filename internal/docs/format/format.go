@@ -48,6 +48,8 @@ func UnitOf(metric string) Unit {
 		return Unit{"s", 1, 2}
 	case m == "retransmits" || strings.HasPrefix(m, "retransmits_"):
 		return Unit{"segments", 1, 0}
+	case strings.HasPrefix(metric, "counter:"):
+		return Unit{"", 1, 0} // a count of events
 	}
 	return Unit{"", 1, 2}
 }

@@ -51,6 +51,19 @@ func value(fields map[string]any, metric string) (float64, bool) {
 	if path, ok := strings.CutPrefix(metric, "bytes:"); ok {
 		return number(dig(fields, "paths", path, "bytes"))
 	}
+	if hc, ok := strings.CutPrefix(metric, "counter:"); ok {
+		// counter:HOST:NAME, an MPTCP MIB counter's move over the run on a
+		// lab host (MPRstRx); a run keeps only the counters that moved.
+		host, name, _ := strings.Cut(hc, ":")
+		cs, ok := dig(fields, "mptcp_counters", host).(map[string]any)
+		if !ok || name == "" {
+			return 0, false
+		}
+		if v, ok := number(cs[name]); ok {
+			return v, true
+		}
+		return 0, true
+	}
 	switch metric {
 	case "fct_median_ms":
 		return number(dig(fields, "fct_ms", "median"))
