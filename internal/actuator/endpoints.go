@@ -484,7 +484,8 @@ func (a *endpointFlags) Restore() []api.ActionRecord {
 	for _, st := range a.reopening {
 		// An endpoint removed and not added again yet: restoreAddr puts
 		// back what it was (its record in the state file), or, owned by
-		// mpsteer, leaves it removed, as it would remove it.
+		// mpsteer, leaves it removed (no subflow uses it then: the exit
+		// would remove it).
 		st.pending = nil
 	}
 	if err := a.readEndpoints(true); err != nil {

@@ -99,7 +99,7 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 	}
 	// Endpoints removed by an earlier round are added back when due,
 	// whether or not anyone still asks (what was removed comes back).
-	acts := a.addPending(now, false)
+	acts := a.addPending(now)
 	for addr, st := range a.reopening {
 		// Answered: nobody asks any more. A round without the wish (a
 		// policy that could not resolve its interfaces for a moment) does
@@ -254,17 +254,18 @@ func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []ob
 }
 
 // addPending adds back the endpoints removed by earlier rounds whose time
-// has come (all of them with force: the daemon exits).
-func (a *endpointFlags) addPending(now time.Time, force bool) []api.ActionRecord {
+// has come (on exit Restore drops what is pending instead: the state
+// file's record puts an endpoint back as it was).
+func (a *endpointFlags) addPending(now time.Time) []api.ActionRecord {
 	var acts []api.ActionRecord
 	for addr, st := range a.reopening {
 		p := st.pending
-		if p == nil || !force && now.Before(p.at.Add(-reopenSlack)) {
+		if p == nil || now.Before(p.at.Add(-reopenSlack)) {
 			continue
 		}
 		st.pending = nil
 		rec, err := a.addForReopen(addr, *p)
-		if err == nil && !force {
+		if err == nil {
 			st.last = now // the probe's SYNs start now: the pace counts from here
 		}
 		rec.Policy, rec.Reason = p.who, p.reason
