@@ -89,7 +89,7 @@ func (f *fakePM) SetEndpointFlags(e pm.Endpoint) error {
 }
 
 func (f *fakePM) DelEndpoint(e pm.Endpoint) error {
-	f.calls = append(f.calls, "del "+e.Addr.String())
+	f.calls = append(f.calls, fmt.Sprintf("del %s id %d", e.Addr, e.ID))
 	delete(f.eps, e.ID)
 	return nil
 }

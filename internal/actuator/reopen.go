@@ -53,6 +53,10 @@ type reopenState struct {
 	// pathRTT: the largest minimum RTT the subflows from the address
 	// showed (its subflows stall and close; this stays).
 	pathRTT time.Duration
+	// gone: the last thing done was closing the subflows of the address
+	// while no interface had it (closeGone): the re-add on its return is
+	// due at once.
+	gone bool
 }
 
 // pendingAdd is the second half of a re-add: the endpoint to add, and what
@@ -79,6 +83,8 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 		tokens   map[uint32]bool
 		interval time.Duration
 		who, why string
+		gone     bool
+		own      bool
 	}
 	byAddr := map[netip.Addr]*want{}
 	for _, w := range wants {
@@ -93,6 +99,8 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 		}
 		x.tokens[w.Token] = true
 		x.interval = min(x.interval, w.Interval)
+		x.gone = x.gone || w.Gone // the address is the host's: gone for all
+		x.own = x.own || w.Own
 	}
 	if a.reopening == nil {
 		a.reopening = map[netip.Addr]*reopenState{}
@@ -121,19 +129,26 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 			a.reopening[addr] = st
 		}
 		st.who, st.interval, st.asked = w.who, w.interval, now
-		if st.pending != nil || !st.last.IsZero() && now.Before(st.due()) {
+		if st.pending != nil || !st.last.IsZero() && now.Before(st.due()) && (w.gone || !st.gone) {
 			continue
+		}
+		if w.gone {
+			acts = append(acts, a.closeGone(addr, st, w.tokens, est, w.who, w.why, w.own, now)...)
+			continue
+		}
+		if w.own {
+			if acts2, done := a.addWhereNone(addr, st, w.tokens, est, joining, w.who, w.why, now); done {
+				acts = append(acts, acts2...)
+				continue
+			}
 		}
 		why, ok := a.mayReopen(addr, w.tokens, est, joining)
 		if !ok {
 			if why != "" {
 				st.last = now // looked at again at the pace, not every round
 			}
-			if why != "" && why != st.note {
-				st.note = why
-				act := record(string(policy.Reopen), "endpoint "+addr.String(), nil)
-				act.Result, act.Policy, act.Reason = string(policy.Unsupported), w.who, why
-				acts = append(acts, act)
+			if why != "" {
+				acts = append(acts, st.say(addr, w.who, why)...)
 			}
 			continue
 		}
@@ -148,9 +163,9 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 				st.pathRTT = max(st.pathRTT, sf.MinRTT)
 			}
 		}
-		wait, other := removeAddrTravel(addr, w.tokens, est, joining, st.pathRTT)
+		wait, other := removeAddrTravel(addr, w.tokens, est, joining, st.pathRTT, w.own)
 		p, rec, err := a.removeForReopen(addr)
-		st.last = now
+		st.last, st.gone = now, false
 		if err == nil {
 			st.count++
 			p.who, p.reason = w.who, reason
@@ -173,6 +188,18 @@ func (a *endpointFlags) Reopen(wants []policy.Action, est, joining []observe.Sub
 		}
 	}
 	return acts
+}
+
+// say reports why addr was not re-added (or its subflows not closed):
+// once, until the reason changes.
+func (st *reopenState) say(addr netip.Addr, who, why string) []api.ActionRecord {
+	if why == st.note {
+		return nil
+	}
+	st.note = why
+	act := record(string(policy.Reopen), "endpoint "+addr.String(), nil)
+	act.Result, act.Policy, act.Reason = string(policy.Unsupported), who, why
+	return []api.ActionRecord{act}
 }
 
 // reopenSlack: a round this much before an address is due re-adds it
@@ -220,7 +247,12 @@ func (a *subflowFlags) ReopenPending() bool { return false }
 // the endpoint and adding it again: zero, unless a subflow from addr of a
 // connection asking has address id 0 (the connection's own address: its
 // initial subflow, or a join from that address, which the kernel numbers
-// 0 whatever the endpoint's id). Removing the endpoint sends the peer a
+// 0 whatever the endpoint's id), or own says it is a connection's own
+// address. A subflow the samples no longer show, closed by the peer or
+// by the last re-add but still in the connection's list, makes the
+// removal send the REMOVE_ADDR all the same: keyed on the subflows
+// alone, each fresh subflow the peer closed that way had the next re-add
+// send another, which closed the next (prefer-ifdown-rtt40.yaml). Removing the endpoint sends the peer a
 // REMOVE_ADDR for id 0 over the other paths, behind their queues; the
 // fresh subflow's join from addr carries id 0 too, and a join the peer
 // had before the REMOVE_ADDR would be closed by it (the spare id that
@@ -233,8 +265,8 @@ func (a *subflowFlags) ReopenPending() bool { return false }
 // other path's smoothed RTT less the path's round trip, counted from the
 // round that removes the endpoint: half a round trip of the path and the
 // other path's way back to spare, less what the removal itself took.
-func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow, pathRTT time.Duration) (wait, other time.Duration) {
-	idZero := false
+func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow, pathRTT time.Duration, own bool) (wait, other time.Duration) {
+	idZero := own
 	for _, sfs := range [][]observe.Subflow{est, joining} {
 		for _, sf := range sfs {
 			if tokens[sf.Token] && sf.Local.Addr().Unmap() == addr && sf.LocalID == 0 {
@@ -276,18 +308,137 @@ func (a *endpointFlags) addPending(now time.Time) []api.ActionRecord {
 
 func (a *subflowFlags) ReopenDue() time.Time { return time.Time{} }
 
-// mayReopen says whether addr's endpoint may be re-added for the
-// connections in tokens, and why not.
-func (a *endpointFlags) mayReopen(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow) (string, bool) {
+// closeGone closes the subflows from addr, an address no interface has
+// any more (policy.Action.Gone), on the connections in tokens. The kernel
+// path manager closes subflows only by address, on every connection, so
+// only where no other connection has one. Those from a connection's own
+// address (id 0 on the wire: its initial subflow, or a join from that
+// address) go by the kernel's removal of id 0 by address, which leaves
+// the address's endpoint as it is; it sends the peer a REMOVE_ADDR for id
+// 0, seconds before the address is back. Joins with their endpoint's id
+// would go only by removing the endpoint, and a re-add of it while the
+// address is gone would leave a failed join whose REMOVE_ADDR, at the
+// next re-add, closes the fresh subflow on the peer: they are left to
+// the kernel's retransmissions, as before. The re-add on the address's
+// return is due at once, without waiting for a REMOVE_ADDR.
+func (a *endpointFlags) closeGone(addr netip.Addr, st *reopenState, tokens map[uint32]bool, est []observe.Subflow, who, why string, own bool, now time.Time) []api.ActionRecord {
+	st.last = now // looked at again at the pace, not every round
+	note := func(msg string) []api.ActionRecord { return st.say(addr, who, msg) }
+	if msg := othersUsing(addr, tokens, est, "not closed"); msg != "" {
+		return note(msg)
+	}
+	idZero := own
+	for _, sf := range est {
+		idZero = idZero || tokens[sf.Token] && sf.Local.Addr().Unmap() == addr && sf.LocalID == 0
+	}
+	if !idZero {
+		return note(fmt.Sprintf("not closed: the subflows from %s are joins with their endpoint's id, which the kernel path manager closes only by re-adding the endpoint (left to TCP's retransmissions)", addr))
+	}
+	if err := a.readEndpoints(true); err != nil {
+		return note(fmt.Sprintf("not closed: %v", err))
+	}
+	key := "endpoint reopen " + addr.String()
+	if !a.gate.Ready(key, now) {
+		return nil
+	}
+	st.note = ""
+	// The endpoint mpsteer owns for the address goes with them (removing
+	// it closes them the same way): on the address's return a fresh one is
+	// added (addForReturn), with no removal whose REMOVE_ADDR would race
+	// the fresh join. A subflow closed while its address is gone cannot
+	// send its FIN and stays in the connection's list for a while; a
+	// removal then would send the peer a REMOVE_ADDR for id 0 again.
+	ep, exists := a.byAddr()[addr]
+	id, owned := a.state.Owned(addr)
+	var err error
+	var rec api.ActionRecord
+	if exists && owned && ep.ID == id {
+		err = a.c.DelEndpoint(ep)
+		rec = record(string(policy.Reopen), fmt.Sprintf("endpoint %s (removed: %s, owned by mpsteer; its subflows of id 0 closed)", addr, ep), err)
+		if err == nil {
+			a.remove(ep.ID)
+			a.state.Forget(addr)
+			delete(a.set, addr)
+		}
+	} else {
+		err = a.c.DelEndpoint(pm.Endpoint{ID: 0, Addr: addr})
+		rec = record(string(policy.Reopen), fmt.Sprintf("endpoint %s (its subflows of id 0 closed)", addr), err)
+	}
+	a.gate.Done(key, err, now)
+	if err == nil {
+		st.count++
+		st.gone = true
+	}
+	rec.Policy, rec.Reason = who, why
+	return []api.ActionRecord{rec}
+}
+
+// othersUsing says which connections outside tokens have an established
+// subflow from addr (an endpoint acts on every connection): verb is what
+// is not done because of them.
+func othersUsing(addr netip.Addr, tokens map[uint32]bool, est []observe.Subflow, verb string) string {
 	var others []string
 	for _, sf := range est {
 		if sf.Local.Addr().Unmap() == addr && !tokens[sf.Token] {
 			others = append(others, fmt.Sprintf("%08x", sf.Token))
 		}
 	}
-	if len(others) > 0 {
-		sort.Strings(others)
-		return fmt.Sprintf("not re-added: connection(s) %s use a subflow from %s that no policy wants closed (the endpoint acts on every connection)", strings.Join(slicesCompact(others), ", "), addr), false
+	if len(others) == 0 {
+		return ""
+	}
+	sort.Strings(others)
+	return fmt.Sprintf("%s: connection(s) %s use a subflow from %s that no policy wants closed (the endpoint acts on every connection)", verb, strings.Join(slicesCompact(others), ", "), addr)
+}
+
+// addWhereNone opens a fresh subflow from addr, a connection's own
+// address (policy.Action.Own), where it has no endpoint and no subflow of
+// the connections asking is left on it (closeGone closed them while the
+// address was gone; or the kernel did): it adds an endpoint of mpsteer's
+// with the subflow flag, as a re-add of an owned endpoint would, and
+// nothing is removed (a removal would send the peer a REMOVE_ADDR for id
+// 0 to race the fresh join). done false: a re-add as usual (mayReopen
+// says what is missing).
+func (a *endpointFlags) addWhereNone(addr netip.Addr, st *reopenState, tokens map[uint32]bool, est, joining []observe.Subflow, who, why string, now time.Time) (acts []api.ActionRecord, done bool) {
+	for _, sfs := range [][]observe.Subflow{est, joining} {
+		for _, sf := range sfs {
+			if tokens[sf.Token] && sf.Local.Addr().Unmap() == addr {
+				return nil, false
+			}
+		}
+	}
+	if err := a.readEndpoints(true); err != nil || !a.scope.managedFunc()(addr) {
+		return nil, false
+	}
+	if _, exists := a.byAddr()[addr]; exists {
+		return nil, false
+	}
+	st.last = now
+	if msg, ok := a.joinRoom(addr, tokens, est, joining); !ok {
+		return st.say(addr, who, msg), true
+	}
+	key := "endpoint reopen " + addr.String()
+	if !a.gate.Ready(key, now) {
+		return nil, true
+	}
+	created, err := a.c.AddEndpoint(pm.Endpoint{Addr: addr, Flags: pm.FlagSubflow})
+	a.gate.Done(key, err, now)
+	rec := record(string(policy.Reopen), fmt.Sprintf("endpoint %s (added: %s, owned by mpsteer)", addr, created), err)
+	if err == nil {
+		a.state.Own(addr, created.ID)
+		a.update(created)
+		a.set[addr] = created
+		st.count++
+		st.gone, st.note = false, ""
+	}
+	rec.Policy, rec.Reason = who, why+"; the connection's own address, with no endpoint and no subflow left: one of mpsteer's is added with the subflow flag"
+	return []api.ActionRecord{rec}, true
+}
+
+// mayReopen says whether addr's endpoint may be re-added for the
+// connections in tokens, and why not.
+func (a *endpointFlags) mayReopen(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow) (string, bool) {
+	if msg := othersUsing(addr, tokens, est, "not re-added"); msg != "" {
+		return msg, false
 	}
 	if a.read != nil {
 		// A fresh subflow from it may have connected since the round's
@@ -321,8 +472,13 @@ func (a *endpointFlags) mayReopen(addr netip.Addr, tokens map[uint32]bool, est, 
 	case ep.Flags&pm.FlagSubflow == 0 && !owned:
 		return fmt.Sprintf("not re-added: endpoint %s is not mpsteer's and has no subflow flag: re-added as it is it would open nothing", ep), false
 	}
-	// A fresh subflow needs a join the limits allow: the connection's
-	// joins from other addresses stay, its joins from this one close.
+	return a.joinRoom(addr, tokens, est, joining)
+}
+
+// joinRoom says whether the limits leave each connection in tokens room
+// for a fresh subflow from addr: the connection's joins from other
+// addresses stay, its joins from this one close.
+func (a *endpointFlags) joinRoom(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow) (string, bool) {
 	allowed, err := a.joinsAllowed()
 	if err != nil {
 		return fmt.Sprintf("not re-added: the path manager's limits could not be read: %v", err), false

@@ -2,7 +2,9 @@ package actuator
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -422,5 +424,107 @@ func TestReopenOfAddressIDZeroWaitsForTheRemoveAddr(t *testing.T) {
 	a2.Reopen(want, []observe.Subflow{stalled, other}, nil, t0)
 	if calls(k2, "del") != 1 || calls(k2, "add") != 1 || a2.ReopenPending() {
 		t.Fatalf("calls %v: want removed and added at once", k2.calls)
+	}
+}
+
+func goneWant(tok uint32, local netip.Addr) policy.Action {
+	w := reopenWant(tok, local, time.Second)
+	w.Gone = true
+	return w
+}
+
+// own marks a wish as one for the connection's own address.
+func own(w policy.Action) policy.Action {
+	w.Own = true
+	return w
+}
+
+// The subflows of an address no interface has any more are closed at
+// once: those of id 0 (the connection's own address) by the kernel's
+// removal of id 0 by address, the endpoint left alone; on the address's
+// return the re-add is due at once, and with no endpoint left one of
+// mpsteer's is added with the subflow flag (no removal: no REMOVE_ADDR to
+// race the fresh join). A later re-add of the connection's own address
+// waits for its REMOVE_ADDR though no subflow of id 0 shows.
+func TestReopenClosesTheSubflowsOfAGoneAddress(t *testing.T) {
+	k := newFakePM(pm.Endpoint{ID: 1, Addr: addrA, Flags: pm.FlagSubflow})
+	state := newState(t)
+	a := NewEndpointFlags(k, &Gate{}, state, Scope{}, nil)
+	initial, other := est(7, addrB, 40001), joinSf(7, addrA, 40000) // initial: LocalID 0
+	initial.MinRTT = 20 * time.Millisecond
+	other.SRTT, other.LocalID = 80*time.Millisecond, 1
+	t0 := time.Unix(100, 0)
+	recs := a.Reopen([]policy.Action{own(goneWant(7, addrB))}, []observe.Subflow{initial, other}, nil, t0)
+	if calls(k, "del") != 1 || !slices.Contains(k.calls, "del "+addrB.String()+" id 0") || calls(k, "add") != 0 {
+		t.Fatalf("calls %v: want the id 0 removal of %s alone", k.calls, addrB)
+	}
+	if len(recs) != 1 || recs[0].Result != string(policy.Applied) || !strings.Contains(recs[0].Target, "subflows of id 0 closed") {
+		t.Fatalf("records %+v", recs)
+	}
+	// Still listed a round later: not again before the pace.
+	a.Reopen([]policy.Action{own(goneWant(7, addrB))}, []observe.Subflow{initial, other}, nil, t0.Add(100*time.Millisecond))
+	if calls(k, "del") != 1 {
+		t.Fatalf("calls %v: closed again within the pace", k.calls)
+	}
+	// Back, 200 ms later: added at once, mpsteer's, with the subflow flag.
+	t1 := t0.Add(200 * time.Millisecond)
+	recs = a.Reopen([]policy.Action{own(reopenWant(7, addrB, 300*time.Millisecond))}, []observe.Subflow{other}, nil, t1)
+	e := epOf(k, addrB)
+	if calls(k, "del") != 1 || e.Flags != pm.FlagSubflow || len(recs) != 1 || !strings.Contains(recs[0].Target, "owned by mpsteer") {
+		t.Fatalf("calls %v, endpoint %+v, records %+v: want mpsteer's endpoint added, nothing removed", k.calls, e, recs)
+	}
+	if id, owned := state.Owned(addrB); !owned || id != e.ID {
+		t.Fatalf("owned %d %v, want %d", id, owned, e.ID)
+	}
+	// Its fresh subflow, closed by the peer, is no longer listed but is
+	// still in the connection's list: the next re-add waits for the
+	// REMOVE_ADDR all the same (the address is the connection's own).
+	a.Reopen([]policy.Action{own(reopenWant(7, addrB, 300*time.Millisecond))}, []observe.Subflow{other}, nil, t1.Add(300*time.Millisecond))
+	if calls(k, "del") != 2 || calls(k, "add") != 1 || !a.ReopenPending() {
+		t.Fatalf("calls %v, pending %v: want the removal now, the add after the wait", k.calls, a.ReopenPending())
+	}
+}
+
+// The endpoint mpsteer owns for the connection's own address goes with
+// the subflows of a gone address (the return adds a fresh one); joins
+// under their endpoint's id and subflows another connection uses are
+// left alone, said once.
+func TestReopenClosesAGoneAddressOnlyWhereItMay(t *testing.T) {
+	k := newFakePM(pm.Endpoint{ID: 1, Addr: addrB, Flags: pm.FlagSubflow})
+	state := newState(t)
+	a := NewEndpointFlags(k, &Gate{}, state, Scope{}, nil)
+	initial, join := est(7, addrA, 40000), joinSf(7, addrB, 40001)
+	join.LocalID = 1
+	t0 := time.Unix(100, 0)
+	a.Apply(decide(true, initial), []observe.Subflow{initial, join}, Round{Now: t0, Refresh: true})
+	id, owned := state.Owned(addrA)
+	if !owned {
+		t.Fatal("no owned endpoint for the initial address")
+	}
+	k.calls = nil
+	a.Reopen([]policy.Action{own(goneWant(7, addrA))}, []observe.Subflow{initial, join}, nil, t0.Add(time.Second))
+	if calls(k, "del") != 1 || !slices.Contains(k.calls, fmt.Sprintf("del %s id %d", addrA, id)) || epOf(k, addrA).Addr.IsValid() {
+		t.Fatalf("calls %v: want mpsteer's endpoint %d removed", k.calls, id)
+	}
+	if _, owned := state.Owned(addrA); owned || !state.Empty() {
+		t.Fatal("the removed endpoint is still recorded as mpsteer's")
+	}
+
+	// A join under its endpoint's id: not closed (a re-add while the
+	// address is gone would leave a failed join behind), said once.
+	k.calls = nil
+	for i := 0; i < 3; i++ {
+		recs := a.Reopen([]policy.Action{goneWant(7, addrB)}, []observe.Subflow{initial, join}, nil, t0.Add(time.Duration(2+i)*time.Second))
+		if calls(k, "del") != 0 || i == 0 && (len(recs) != 1 || recs[0].Result != string(policy.Unsupported) || !strings.Contains(recs[0].Reason, "joins with their endpoint's id")) || i > 0 && len(recs) != 0 {
+			t.Fatalf("round %d: calls %v, records %+v", i, k.calls, recs)
+		}
+	}
+	// Another connection's subflow from the address: not closed.
+	k2 := newFakePM()
+	a2 := NewEndpointFlags(k2, &Gate{}, newState(t), Scope{}, nil)
+	theirs := est(9, addrA, 40005)
+	recs := a2.Reopen([]policy.Action{own(goneWant(7, addrA))}, []observe.Subflow{initial, theirs}, nil, t0)
+	if calls(k2, "del") != 0 || len(recs) != 1 || !strings.Contains(recs[0].Reason, "00000009") {
+		t.Fatalf("calls %v, records %+v", k2.calls, recs)
 	}
 }

@@ -63,7 +63,16 @@ type Action struct {
 	Iface string
 	// Interval: a Reopen is carried out at most this often.
 	Interval time.Duration `json:",omitempty"`
-	Reason   string
+	// Gone: a Reopen of an address that no interface has any more (the
+	// interface went down): its subflows are closed now, so that MPTCP
+	// sends what they held on the others, and the next Reopen, once the
+	// address is back, is not held back by this one's pace.
+	Gone bool `json:",omitempty"`
+	// Own: a Reopen of the connection's own address (its initial
+	// subflow's): the kernel numbers every subflow from it 0 on the wire,
+	// whatever its endpoint, and it may have no endpoint at all.
+	Own    bool `json:",omitempty"`
+	Reason string
 	// Policy is filled in by the engine.
 	Policy string
 }

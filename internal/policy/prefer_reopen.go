@@ -138,7 +138,7 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 	for _, sf := range c.Subflows {
 		connRTT = max(connRTT, sf.MinRTT)
 	}
-	var out []Action
+	out := p.closeGone(c, st, present, cs)
 	for _, a := range addrs {
 		if a.Is4() != c.Remote.Addr().Is4() {
 			continue
@@ -195,7 +195,8 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 		}
 		if present != nil && !present[a] {
 			// The interface lost the address: a subflow from it would fail
-			// at once. The daemon decides again on the address event.
+			// at once (closeGone closed those it had). The daemon decides
+			// again on the address event.
 			cs.Probing = append(cs.Probing, fmt.Sprintf("%s: address gone, waiting for it (%s)", a, fmtMs(probing)))
 			continue
 		}
@@ -211,11 +212,54 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 			why = "no subflow from it was established since the connection was"
 		}
 		cs.Probing = append(cs.Probing, fmt.Sprintf("%s: reopening for %s, every %s (%s)", a, fmtMs(probing), fmtMs(period), why))
-		out = append(out, Action{Kind: Reopen, Token: c.Token, Subflow: NewSubflowID(netip.AddrPortFrom(a, 0), c.Remote), Interval: period,
+		out = append(out, Action{Kind: Reopen, Token: c.Token, Subflow: NewSubflowID(netip.AddrPortFrom(a, 0), c.Remote), Interval: period, Own: a == c.Local.Addr(),
 			Reason: fmt.Sprintf("preferred %s has no viable subflow (%s): fresh subflows from it, their SYN every %s, until the path answers", a, why, fmtMs(p.ProbeInterval))})
 	}
 	return out
 }
+
+// closeGone asks for the subflows from a preferred address that the
+// interface lost (it went down) to be closed at once, on every connection
+// (the kernel path manager closes them by the address's endpoint). They
+// cannot send again, and what they held stays theirs until MPTCP's own
+// retransmission timer gives it to the others: on prefer-ifdown.yaml the
+// application received nothing for 1.5 s after each interface-down while
+// the other path carried. Closed, their data is sent on the others at
+// once, and when the address is back the re-add opens a fresh subflow
+// from it without the wait a REMOVE_ADDR would need (reopen.go: the
+// subflows it would close are gone, and the REMOVE_ADDR went long
+// before). The wish is repeated every round while subflows from the
+// address remain; present is nil when the interfaces cannot be read.
+func (p *Prefer) closeGone(c *Conn, st *preferConn, present map[netip.Addr]bool, cs *PreferConnStatus) []Action {
+	if present == nil {
+		return nil
+	}
+	n := map[netip.Addr]int{}
+	var addrs []netip.Addr
+	for _, sf := range c.Subflows {
+		a := sf.Local.Addr()
+		if !st.seenOn[a] || present[a] {
+			continue // not a preferred address, or still there
+		}
+		if n[a] == 0 {
+			addrs = append(addrs, a)
+		}
+		n[a]++
+	}
+	sort.Slice(addrs, func(i, j int) bool { return addrs[i].Less(addrs[j]) })
+	var out []Action
+	for _, a := range addrs {
+		cs.Probing = append(cs.Probing, fmt.Sprintf("%s: address gone: its %d subflow(s) closed, their data sent on the other paths; re-added once it is back", a, n[a]))
+		out = append(out, Action{Kind: Reopen, Token: c.Token, Subflow: NewSubflowID(netip.AddrPortFrom(a, 0), c.Remote), Interval: closeGonePace, Gone: true, Own: a == c.Local.Addr(),
+			Reason: fmt.Sprintf("preferred %s is gone (its interface lost it): its %d subflow(s) cannot send again; closed now, MPTCP sends what they held on the other paths at once", a, n[a])})
+	}
+	return out
+}
+
+// closeGonePace: how often a close of a gone address's subflows is tried
+// again while they remain (the kernel refused, or another connection
+// keeps them).
+const closeGonePace = time.Second
 
 // joinGraceBase: how long after the daemon first saw a connection a
 // subflow from a preferred address that never had one may take to be

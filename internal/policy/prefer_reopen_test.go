@@ -123,28 +123,66 @@ func TestPreferReopensAStalledPreferredPathUnderTheKernelPM(t *testing.T) {
 	}
 }
 
-// A preferred address whose interface lost it is not re-added (a subflow
-// from it would fail at once); the address event brings the re-add. (A
-// preference by interface name has no address while it is gone.)
-func TestPreferWaitsForAGoneAddressBeforeReopening(t *testing.T) {
-	w := newReopenWorld(t, Env{})
-	if err := w.p.SetTargets([]string{wifiAddr.String()}); err != nil {
-		t.Fatal(err)
+// A preferred address whose interface lost it: its subflows cannot send
+// again, and what they hold stays theirs until MPTCP's own retransmission
+// timer, so they are closed at once (a Gone reopen, repeated while they
+// remain); nothing is re-added while it is gone (a subflow from it would
+// fail at once). The address event brings the re-add. A preference by
+// interface name has no address while it is gone: the subflows say the
+// address was a preferred one.
+func TestPreferClosesTheSubflowsOfAGoneAddressAndReopensOnItsReturn(t *testing.T) {
+	for _, target := range []string{wifiAddr.String(), "wifi"} {
+		t.Run(target, func(t *testing.T) {
+			w := newReopenWorld(t, Env{})
+			if err := w.p.SetTargets([]string{target}); err != nil {
+				t.Fatal(err)
+			}
+			w.decide()
+			wifi := &w.conn.Subflows[1]
+			// Gone before its subflow even stalled: closed at once.
+			w.ifaces["wifi"] = nil
+			w.add(100 * ms)
+			r := kinds(w.decide(), Reopen)
+			if len(r) != 1 || !r[0].Gone || r[0].Subflow.Local.Addr() != wifiAddr || r[0].Interval != closeGonePace {
+				t.Fatalf("address gone: %+v, want one Gone reopen of wifi", r)
+			}
+			if st := w.status(); len(st.Probing) == 0 || !strings.Contains(st.Probing[0], "address gone: its 1 subflow(s) closed") {
+				t.Fatalf("status %v", st.Probing)
+			}
+			// Still there a round later (not closed yet): asked again.
+			wifi.Unacked, wifi.LastAckRecv, wifi.Backoff = 30, 2*time.Second, 3
+			w.add(100 * ms)
+			if r := kinds(w.decide(), Reopen); len(r) != 1 || !r[0].Gone {
+				t.Fatalf("still there: %+v", r)
+			}
+			// Closed: nothing while the address is gone.
+			w.conn.Subflows = w.conn.Subflows[:1]
+			for i := 0; i < 3; i++ {
+				w.add(100 * ms)
+				if r := kinds(w.decide(), Reopen); len(r) != 0 {
+					t.Fatalf("closed, address gone: %+v", r)
+				}
+			}
+			// Back: re-added at once, not a Gone one.
+			w.ifaces["wifi"] = []netip.Addr{wifiAddr}
+			w.add(20 * ms)
+			if r := kinds(w.decide(), Reopen); len(r) != 1 || r[0].Gone || r[0].Subflow.Local.Addr() != wifiAddr {
+				t.Fatalf("address back: %+v", r)
+			}
+		})
 	}
+}
+
+// Only preferred addresses are closed when gone: the other paths' subflows
+// are left to the kernel (closed, the kernel path manager would not open
+// them again).
+func TestPreferLeavesAGoneAddressThatIsNotPreferred(t *testing.T) {
+	w := newReopenWorld(t, Env{})
 	w.decide()
-	w.conn.Subflows[1].Unacked, w.conn.Subflows[1].LastAckRecv, w.conn.Subflows[1].Backoff = 30, 2*time.Second, 3
-	w.ifaces["wifi"] = nil
+	w.ifaces["cell"] = nil
 	w.add(100 * ms)
 	if r := kinds(w.decide(), Reopen); len(r) != 0 {
-		t.Fatalf("address gone: %v", r)
-	}
-	if st := w.status(); len(st.Probing) != 1 || !strings.Contains(st.Probing[0], "address gone") {
-		t.Fatalf("status %v", st.Probing)
-	}
-	w.ifaces["wifi"] = []netip.Addr{wifiAddr}
-	w.add(20 * ms)
-	if r := kinds(w.decide(), Reopen); len(r) != 1 {
-		t.Fatalf("address back: %v", r)
+		t.Fatalf("cell gone: %+v", r)
 	}
 }
 
@@ -306,5 +344,27 @@ func TestPreferReopenPeriod(t *testing.T) {
 	p.ProbeInterval = 0
 	if got := p.reopenPeriod(0, 80*ms); got != 100*ms {
 		t.Errorf("probe_interval 0s: period %v, want 100ms", got)
+	}
+}
+
+// A wish for the connection's own address says so (the kernel numbers its
+// subflows 0 on the wire, and it may have no endpoint); one for a join's
+// address does not.
+func TestPreferMarksTheConnectionsOwnAddress(t *testing.T) {
+	for _, initial := range []netip.Addr{wifiAddr, cellAddr} {
+		w := newReopenWorld(t, Env{})
+		w.conn.Local = netip.AddrPortFrom(initial, 1)
+		w.decide()
+		w.ifaces["wifi"] = nil
+		w.add(100 * ms)
+		if r := kinds(w.decide(), Reopen); len(r) != 1 || r[0].Own != (initial == wifiAddr) {
+			t.Fatalf("started on %s, wifi gone: %+v", initial, r)
+		}
+		w.conn.Subflows = w.conn.Subflows[:1]
+		w.ifaces["wifi"] = []netip.Addr{wifiAddr}
+		w.add(100 * ms)
+		if r := kinds(w.decide(), Reopen); len(r) != 1 || r[0].Own != (initial == wifiAddr) {
+			t.Fatalf("started on %s, wifi back: %+v", initial, r)
+		}
 	}
 }
