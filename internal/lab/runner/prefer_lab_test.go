@@ -35,41 +35,57 @@ variants:
     path_manager: {client: userspace, server: kernel}
     daemon:
       client: {policies: [{name: prefer, paths: [wifi]}]}
+  - name: prefer-kernel
+    daemon:
+      client: {policies: [{name: prefer, paths: [wifi]}]}
 `
 
+// Under the userspace path manager prefer probes with joins of its own and
+// closes a subflow whose address is gone; under the kernel path manager
+// (the README's config) it re-adds the endpoint, closes the subflows of
+// the address the interface lost (by id 0: wifi is the connection's own
+// address) and, on its return, adds mpsteer's endpoint for it.
 func TestPreferFastReturnFromBothKindsOfOutage(t *testing.T) {
 	testutil.RequireLab(t)
 	out, name := labRun(t, "fr", fastReturn)
 	if left, _ := netnsutil.List(world.NSPrefix + name + "-"); len(left) > 0 {
 		t.Fatalf("namespaces left after the run: %v", left)
 	}
-	sum, err := report.ReadSummary(filepath.Join(out, "prefer-probe", "summary.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(sum.Events) != 2 || sum.Events[0].Error != "" || !strings.Contains(sum.Events[0].Detail, "address 10.1.0.1/24 removed") ||
-		sum.Events[1].Error != "" || !strings.Contains(sum.Events[1].Detail, "route(s) back") {
-		t.Fatalf("events %+v, want the wifi interface down (address removed) and back (address and routes)", sum.Events)
-	}
-	ups := sum.Recoveries["wifi"]
-	if len(ups) != 2 {
-		t.Fatalf("link-up → first data %v, want one per outage", ups)
-	}
-	// A join takes two round trips (40 ms) after its SYN; probes go out at
-	// least every 100 ms, and the address event starts them at once. The
-	// stalled subflow's own capped retransmission timer took ~500 ms.
-	for i, ms := range ups {
-		if ms > 300 {
-			t.Errorf("outage %d: link-up → first data on wifi %.0f ms, want a handshake after the return (≤ 300 ms)", i+1, ms)
+	for _, v := range []struct {
+		name string
+		log  []string
+	}{
+		{"prefer-probe", []string{"probe #1 of preferred 10.1.0.1", "is gone (the interface went down)", "the preferred path answers again"}},
+		{"prefer-kernel", []string{"reopen endpoint 10.1.0.1 (re-added", "its subflows of id 0 closed) — prefer: preferred 10.1.0.1 is gone (its interface lost it)", "owned by mpsteer) — prefer: preferred 10.1.0.1 has no viable subflow"}},
+	} {
+		sum, err := report.ReadSummary(filepath.Join(out, v.name, "summary.json"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if sh := sum.Metrics["wifi_share_from_200ms_after_up_mean"]; sh < 0.5 {
-		t.Errorf("wifi's share of the bytes from 200 ms after link-up: %.0f%%, want it back to carrying most", sh*100)
-	}
-	log, _ := os.ReadFile(filepath.Join(out, "prefer-probe", "daemon-client.log"))
-	for _, want := range []string{"probe #1 of preferred 10.1.0.1", "is gone (the interface went down)", "the preferred path answers again"} {
-		if !strings.Contains(string(log), want) {
-			t.Errorf("daemon log lacks %q", want)
+		if len(sum.Events) != 2 || sum.Events[0].Error != "" || !strings.Contains(sum.Events[0].Detail, "address 10.1.0.1/24 removed") ||
+			sum.Events[1].Error != "" || !strings.Contains(sum.Events[1].Detail, "route(s) back") {
+			t.Fatalf("%s: events %+v, want the wifi interface down (address removed) and back (address and routes)", v.name, sum.Events)
+		}
+		ups := sum.Recoveries["wifi"]
+		if len(ups) != 2 {
+			t.Fatalf("%s: link-up → first data %v, want one per outage", v.name, ups)
+		}
+		// A join takes two round trips (40 ms) after its SYN; probes go out
+		// at least every 100 ms, and the address event starts them at once.
+		// The stalled subflow's own capped retransmission timer took ~500 ms.
+		for i, ms := range ups {
+			if ms > 300 {
+				t.Errorf("%s: outage %d: link-up → first data on wifi %.0f ms, want a handshake after the return (≤ 300 ms)", v.name, i+1, ms)
+			}
+		}
+		if sh := sum.Metrics["wifi_share_from_200ms_after_up_mean"]; sh < 0.5 {
+			t.Errorf("%s: wifi's share of the bytes from 200 ms after link-up: %.0f%%, want it back to carrying most", v.name, sh*100)
+		}
+		log, _ := os.ReadFile(filepath.Join(out, v.name, "daemon-client.log"))
+		for _, want := range v.log {
+			if !strings.Contains(string(log), want) {
+				t.Errorf("%s: daemon log lacks %q:\n%s", v.name, want, log)
+			}
 		}
 	}
 }
