@@ -66,6 +66,9 @@ type pendingAdd struct {
 	was, fresh  pm.Endpoint
 	owned       bool
 	who, reason string
+	// onReturn: removed while no interface had the address (closeGone);
+	// added once one has it again, whoever asks, instead of at at.
+	onReturn bool
 }
 
 // joinsAllowed: how many joins the kernel path manager lets one
@@ -219,6 +222,8 @@ func (a *endpointFlags) ReopenDue() time.Time {
 	for _, st := range a.reopening {
 		d := st.last.Add(st.interval)
 		switch {
+		case st.pending != nil && st.pending.onReturn:
+			continue // the address's event, or the next sample, brings it
 		case st.pending != nil:
 			d = st.pending.at
 		case st.last.IsZero():
@@ -292,13 +297,14 @@ func (a *endpointFlags) addPending(now time.Time) []api.ActionRecord {
 	var acts []api.ActionRecord
 	for addr, st := range a.reopening {
 		p := st.pending
-		if p == nil || now.Before(p.at.Add(-reopenSlack)) {
+		if p == nil || !p.onReturn && now.Before(p.at.Add(-reopenSlack)) || p.onReturn && !a.present(addr) {
 			continue
 		}
 		st.pending = nil
 		rec, err := a.addForReopen(addr, *p)
 		if err == nil {
 			st.last = now // the probe's SYNs start now: the pace counts from here
+			st.gone = false // an add on the address's return is its re-add
 		}
 		rec.Policy, rec.Reason = p.who, p.reason
 		acts = append(acts, rec)
@@ -331,11 +337,11 @@ func (a *endpointFlags) closeGone(addr netip.Addr, st *reopenState, tokens map[u
 	for _, sf := range est {
 		idZero = idZero || tokens[sf.Token] && sf.Local.Addr().Unmap() == addr && sf.LocalID == 0
 	}
-	if !idZero {
-		return note(fmt.Sprintf("not closed: the subflows from %s are joins with their endpoint's id, which the kernel path manager closes only by re-adding the endpoint (left to TCP's retransmissions)", addr))
-	}
 	if err := a.readEndpoints(true); err != nil {
 		return note(fmt.Sprintf("not closed: %v", err))
+	}
+	if !idZero {
+		return a.closeGoneJoins(addr, st, tokens, est, who, why, now)
 	}
 	key := "endpoint reopen " + addr.String()
 	if !a.gate.Ready(key, now) {
@@ -368,6 +374,39 @@ func (a *endpointFlags) closeGone(addr netip.Addr, st *reopenState, tokens map[u
 	if err == nil {
 		st.count++
 		st.gone = true
+	}
+	rec.Policy, rec.Reason = who, why
+	return []api.ActionRecord{rec}
+}
+
+// closeGoneJoins closes joins from addr, gone, that carry their endpoint's
+// id: the kernel path manager closes them only by removing the endpoint
+// (the peers get a REMOVE_ADDR for its id). The endpoint is added back
+// once an interface has the address again (addPending), not before: one
+// added while the address is gone leaves a failed join in the
+// connections' lists, and the removal of the next re-add would send a
+// REMOVE_ADDR for the id the fresh join then carries. What it was is in
+// the state file meanwhile, as for any re-add.
+func (a *endpointFlags) closeGoneJoins(addr netip.Addr, st *reopenState, tokens map[uint32]bool, est []observe.Subflow, who, why string, now time.Time) []api.ActionRecord {
+	if msg, ok := a.mayRemove(addr, tokens, est, "not closed"); !ok {
+		if msg == "" {
+			return nil
+		}
+		return st.say(addr, who, msg)
+	}
+	key := "endpoint reopen " + addr.String()
+	if !a.gate.Ready(key, now) {
+		return nil
+	}
+	st.note = ""
+	p, rec, err := a.removeForReopen(addr)
+	a.gate.Done(key, err, now)
+	if err == nil {
+		p.onReturn, p.who, p.reason = true, who, why+"; added back once an interface has it again"
+		st.pending = &p
+		st.count++
+		st.gone = true
+		rec.Target += " (removed: added back once the address is)"
 	}
 	rec.Policy, rec.Reason = who, why
 	return []api.ActionRecord{rec}
@@ -437,7 +476,18 @@ func (a *endpointFlags) addWhereNone(addr netip.Addr, st *reopenState, tokens ma
 // mayReopen says whether addr's endpoint may be re-added for the
 // connections in tokens, and why not.
 func (a *endpointFlags) mayReopen(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow) (string, bool) {
-	if msg := othersUsing(addr, tokens, est, "not re-added"); msg != "" {
+	if msg, ok := a.mayRemove(addr, tokens, est, "not re-added"); !ok {
+		return msg, false
+	}
+	return a.joinRoom(addr, tokens, est, joining)
+}
+
+// mayRemove says whether addr's endpoint may be removed (and added again)
+// for the connections in tokens, and why not (verb: what is not done;
+// no reason: a fresh subflow from it just connected, the next round
+// judges).
+func (a *endpointFlags) mayRemove(addr netip.Addr, tokens map[uint32]bool, est []observe.Subflow, verb string) (string, bool) {
+	if msg := othersUsing(addr, tokens, est, verb); msg != "" {
 		return msg, false
 	}
 	if a.read != nil {
@@ -449,7 +499,7 @@ func (a *endpointFlags) mayReopen(addr netip.Addr, tokens map[uint32]bool, est, 
 		}
 		now, err := a.read()
 		if err != nil {
-			return fmt.Sprintf("not re-added: the subflows could not be read: %v", err), false
+			return fmt.Sprintf("%s: the subflows could not be read: %v", verb, err), false
 		}
 		for _, sf := range now {
 			if sf.State == observe.TCPEstablished && sf.Local.Addr().Unmap() == addr && !known[policy.ID(sf)] {
@@ -458,21 +508,21 @@ func (a *endpointFlags) mayReopen(addr netip.Addr, tokens map[uint32]bool, est, 
 		}
 	}
 	if err := a.readEndpoints(true); err != nil {
-		return fmt.Sprintf("not re-added: %v", err), false
+		return fmt.Sprintf("%s: %v", verb, err), false
 	}
 	ep, exists := a.byAddr()[addr]
 	_, owned := a.state.Owned(addr)
 	switch {
 	case !exists:
-		return fmt.Sprintf("not re-added: %s has no endpoint (the kernel path manager opens no subflow from it)", addr), false
+		return fmt.Sprintf("%s: %s has no endpoint (the kernel path manager opens no subflow from it)", verb, addr), false
 	case !a.scope.managedFunc()(addr):
-		return "not re-added: the config's endpoints section leaves this address to others", false
+		return verb + ": the config's endpoints section leaves this address to others", false
 	case ep.Flags&pm.FlagSignal != 0 || ep.Port != 0:
-		return fmt.Sprintf("not re-added: endpoint %s announces its address (signal): re-adding it would make the peers' path managers act", ep), false
+		return fmt.Sprintf("%s: endpoint %s announces its address (signal): re-adding it would make the peers' path managers act", verb, ep), false
 	case ep.Flags&pm.FlagSubflow == 0 && !owned:
-		return fmt.Sprintf("not re-added: endpoint %s is not mpsteer's and has no subflow flag: re-added as it is it would open nothing", ep), false
+		return fmt.Sprintf("%s: endpoint %s is not mpsteer's and has no subflow flag: re-added as it is it would open nothing", verb, ep), false
 	}
-	return a.joinRoom(addr, tokens, est, joining)
+	return "", true
 }
 
 // joinRoom says whether the limits leave each connection in tokens room

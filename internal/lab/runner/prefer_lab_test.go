@@ -38,13 +38,18 @@ variants:
   - name: prefer-kernel
     daemon:
       client: {policies: [{name: prefer, paths: [wifi]}]}
+  - name: prefer-kernel-join
+    paths: [cell, wifi]
+    daemon:
+      client: {policies: [{name: prefer, paths: [wifi]}]}
 `
 
 // Under the userspace path manager prefer probes with joins of its own and
 // closes a subflow whose address is gone; under the kernel path manager
-// (the README's config) it re-adds the endpoint, closes the subflows of
-// the address the interface lost (by id 0: wifi is the connection's own
-// address) and, on its return, adds mpsteer's endpoint for it.
+// (the README's config) it re-adds the endpoint and closes the subflows of
+// the address the interface lost: by id 0 where wifi is the connection's
+// own address (mpsteer's endpoint for it added on its return), by removing
+// the lab's endpoint where wifi joined (added back on its return).
 func TestPreferFastReturnFromBothKindsOfOutage(t *testing.T) {
 	testutil.RequireLab(t)
 	out, name := labRun(t, "fr", fastReturn)
@@ -57,6 +62,7 @@ func TestPreferFastReturnFromBothKindsOfOutage(t *testing.T) {
 	}{
 		{"prefer-probe", []string{"probe #1 of preferred 10.1.0.1", "is gone (the interface went down)", "the preferred path answers again"}},
 		{"prefer-kernel", []string{"reopen endpoint 10.1.0.1 (re-added", "its subflows of id 0 closed) — prefer: preferred 10.1.0.1 is gone (its interface lost it)", "owned by mpsteer) — prefer: preferred 10.1.0.1 has no viable subflow"}},
+		{"prefer-kernel-join", []string{"reopen endpoint 10.1.0.1 (removed: added back once the address is) — prefer: preferred 10.1.0.1 is gone (its interface lost it)", "added back once an interface has it again"}},
 	} {
 		sum, err := report.ReadSummary(filepath.Join(out, v.name, "summary.json"))
 		if err != nil {
