@@ -303,7 +303,7 @@ func (a *endpointFlags) addPending(now time.Time) []api.ActionRecord {
 		st.pending = nil
 		rec, err := a.addForReopen(addr, *p)
 		if err == nil {
-			st.last = now // the probe's SYNs start now: the pace counts from here
+			st.last = now   // the probe's SYNs start now: the pace counts from here
 			st.gone = false // an add on the address's return is its re-add
 		}
 		rec.Policy, rec.Reason = p.who, p.reason
