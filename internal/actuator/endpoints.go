@@ -105,7 +105,8 @@ type endpointFlags struct {
 	lastUsed map[netip.Addr]int
 	// present says whether an interface of the namespace has the address
 	// now (addrPresent; tests replace it): an endpoint removed while its
-	// address was gone is added back once it is there again.
+	// address was gone is added back once it is there again. It is asked
+	// every round while such an add waits (a dump of the interfaces each).
 	present func(netip.Addr) bool
 	// leftInUse: owned endpoints left in place because subflows use
 	// them, said once each.

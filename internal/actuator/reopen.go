@@ -257,7 +257,8 @@ func (a *subflowFlags) ReopenPending() bool { return false }
 // by the last re-add but still in the connection's list, makes the
 // removal send the REMOVE_ADDR all the same: keyed on the subflows
 // alone, each fresh subflow the peer closed that way had the next re-add
-// send another, which closed the next (prefer-ifdown-rtt40.yaml). Removing the endpoint sends the peer a
+// send another, which closed the next (prefer-ifdown-rtt40.yaml).
+// Removing the endpoint sends the peer a
 // REMOVE_ADDR for id 0 over the other paths, behind their queues; the
 // fresh subflow's join from addr carries id 0 too, and a join the peer
 // had before the REMOVE_ADDR would be closed by it (the spare id that
@@ -320,13 +321,11 @@ func (a *subflowFlags) ReopenDue() time.Time { return time.Time{} }
 // only where no other connection has one. Those from a connection's own
 // address (id 0 on the wire: its initial subflow, or a join from that
 // address) go by the kernel's removal of id 0 by address, which leaves
-// the address's endpoint as it is; it sends the peer a REMOVE_ADDR for id
-// 0, seconds before the address is back. Joins with their endpoint's id
-// would go only by removing the endpoint, and a re-add of it while the
-// address is gone would leave a failed join whose REMOVE_ADDR, at the
-// next re-add, closes the fresh subflow on the peer: they are left to
-// the kernel's retransmissions, as before. The re-add on the address's
-// return is due at once, without waiting for a REMOVE_ADDR.
+// the address's endpoint as it is (or with the endpoint mpsteer owns for
+// it); it sends the peer a REMOVE_ADDR for id 0, seconds before the
+// address is back. Joins under their endpoint's id go by removing the
+// endpoint until the address is back (closeGoneJoins). The re-add on the
+// address's return is due at once.
 func (a *endpointFlags) closeGone(addr netip.Addr, st *reopenState, tokens map[uint32]bool, est []observe.Subflow, who, why string, own bool, now time.Time) []api.ActionRecord {
 	st.last = now // looked at again at the pace, not every round
 	note := func(msg string) []api.ActionRecord { return st.say(addr, who, msg) }
@@ -350,7 +349,7 @@ func (a *endpointFlags) closeGone(addr netip.Addr, st *reopenState, tokens map[u
 	st.note = ""
 	// The endpoint mpsteer owns for the address goes with them (removing
 	// it closes them the same way): on the address's return a fresh one is
-	// added (addForReturn), with no removal whose REMOVE_ADDR would race
+	// added (addWhereNone), with no removal whose REMOVE_ADDR would race
 	// the fresh join. A subflow closed while its address is gone cannot
 	// send its FIN and stays in the connection's list for a while; a
 	// removal then would send the peer a REMOVE_ADDR for id 0 again.

@@ -220,16 +220,16 @@ func (p *Prefer) reopen(now time.Time, c *Conn, st *preferConn, rank map[netip.A
 
 // closeGone asks for the subflows from a preferred address that the
 // interface lost (it went down) to be closed at once, on every connection
-// (the kernel path manager closes them by the address's endpoint). They
-// cannot send again, and what they held stays theirs until MPTCP's own
-// retransmission timer gives it to the others: on prefer-ifdown.yaml the
-// application received nothing for 1.5 s after each interface-down while
-// the other path carried. Closed, their data is sent on the others at
-// once, and when the address is back the re-add opens a fresh subflow
-// from it without the wait a REMOVE_ADDR would need (reopen.go: the
-// subflows it would close are gone, and the REMOVE_ADDR went long
-// before). The wish is repeated every round while subflows from the
-// address remain; present is nil when the interfaces cannot be read.
+// (the kernel path manager closes subflows by address). They cannot send
+// again, and what they held stays theirs until MPTCP's own retransmission
+// timer gives it to the others: on prefer-ifdown.yaml the application
+// received nothing for 1.5 s after each interface-down while the other
+// path carried. Closed, their data is sent on the others at once, and
+// when the address is back a fresh subflow joins from it (the actuator,
+// reopen.go, adds its endpoint back, with no removal whose REMOVE_ADDR
+// would race the join where it can). The wish is repeated every round
+// while subflows from the address remain; present is nil when the
+// interfaces cannot be read.
 func (p *Prefer) closeGone(c *Conn, st *preferConn, present map[netip.Addr]bool, cs *PreferConnStatus) []Action {
 	if present == nil {
 		return nil
