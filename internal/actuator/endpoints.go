@@ -2,7 +2,6 @@ package actuator
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"sort"
 
@@ -20,6 +19,27 @@ import (
 type Scope struct {
 	Manage, Leave []string
 	Resolve       func(name string) ([]netip.Addr, bool)
+	// Interfaces lists the namespace's interfaces that are up, with their
+	// addresses (the daemon's view, the one its policies see); nil: not
+	// known.
+	Interfaces func() map[string][]netip.Addr
+}
+
+// present says whether an interface that is up has addr; true when the
+// interfaces are not known (an add waiting for its address is made as
+// before then).
+func (s Scope) present(addr netip.Addr) bool {
+	if s.Interfaces == nil {
+		return true
+	}
+	for _, addrs := range s.Interfaces() {
+		for _, a := range addrs {
+			if a.Unmap() == addr {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s Scope) set(names []string) map[netip.Addr]bool {
@@ -103,11 +123,6 @@ type endpointFlags struct {
 	// is not re-added while a fresh subflow from it has just connected.
 	read     SubflowReader
 	lastUsed map[netip.Addr]int
-	// present says whether an interface of the namespace has the address
-	// now (addrPresent; tests replace it): an endpoint removed while its
-	// address was gone is added back once it is there again. It is asked
-	// every round while such an add waits (a dump of the interfaces each).
-	present func(netip.Addr) bool
 	// leftInUse: owned endpoints left in place because subflows use
 	// them, said once each.
 	leftInUse map[netip.Addr]bool
@@ -135,33 +150,7 @@ func (r SubflowReader) usage() (map[netip.Addr]int, error) {
 func NewEndpointFlags(c PM, gate *Gate, state *crashstate.File, scope Scope, read SubflowReader) Flags {
 	return &endpointFlags{c: c, gate: gate, state: state, scope: scope, set: map[netip.Addr]pm.Endpoint{},
 		yielded: map[netip.Addr]yield{}, unmanaged: map[netip.Addr]bool{}, read: read, leftInUse: map[netip.Addr]bool{},
-		reopenIDs: map[netip.Addr][2]uint8{}, present: addrPresent}
-}
-
-// addrPresent says whether an interface of the namespace that is up has
-// addr (what the daemon's policies call present).
-func addrPresent(addr netip.Addr) bool {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return true // cannot tell: as if there, the add is as before
-	}
-	for i := range ifs {
-		if ifs[i].Flags&net.FlagUp == 0 {
-			continue
-		}
-		addrs, err := ifs[i].Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok {
-				if ad, ok := netip.AddrFromSlice(ipn.IP); ok && ad.Unmap() == addr {
-					return true
-				}
-			}
-		}
-	}
-	return false
+		reopenIDs: map[netip.Addr][2]uint8{}}
 }
 
 func (a *endpointFlags) Mode() string     { return "endpoint" }

@@ -272,15 +272,7 @@ func (a *subflowFlags) ReopenPending() bool { return false }
 // round that removes the endpoint: half a round trip of the path and the
 // other path's way back to spare, less what the removal itself took.
 func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []observe.Subflow, pathRTT time.Duration, own bool) (wait, other time.Duration) {
-	idZero := own
-	for _, sfs := range [][]observe.Subflow{est, joining} {
-		for _, sf := range sfs {
-			if tokens[sf.Token] && sf.Local.Addr().Unmap() == addr && sf.LocalID == 0 {
-				idZero = true
-			}
-		}
-	}
-	if !idZero {
+	if !own && !anyFrom(addr, tokens, true, est, joining) {
 		return 0, 0
 	}
 	for _, sf := range est {
@@ -291,6 +283,19 @@ func removeAddrTravel(addr netip.Addr, tokens map[uint32]bool, est, joining []ob
 	return max(0, other-pathRTT), other
 }
 
+// anyFrom says whether a connection in tokens has a subflow from addr in
+// the lists (idZero: one with address id 0).
+func anyFrom(addr netip.Addr, tokens map[uint32]bool, idZero bool, lists ...[]observe.Subflow) bool {
+	for _, sfs := range lists {
+		for _, sf := range sfs {
+			if tokens[sf.Token] && sf.Local.Addr().Unmap() == addr && (!idZero || sf.LocalID == 0) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // addPending adds back the endpoints removed by earlier rounds whose time
 // has come (on exit Restore drops what is pending instead: the state
 // file's record puts an endpoint back as it was).
@@ -298,7 +303,7 @@ func (a *endpointFlags) addPending(now time.Time) []api.ActionRecord {
 	var acts []api.ActionRecord
 	for addr, st := range a.reopening {
 		p := st.pending
-		if p == nil || !p.onReturn && now.Before(p.at.Add(-reopenSlack)) || p.onReturn && !a.present(addr) {
+		if p == nil || !p.onReturn && now.Before(p.at.Add(-reopenSlack)) || p.onReturn && !a.scope.present(addr) {
 			continue
 		}
 		st.pending = nil
@@ -332,15 +337,11 @@ func (a *endpointFlags) closeGone(addr netip.Addr, st *reopenState, tokens map[u
 	if msg := othersUsing(addr, tokens, est, "not closed"); msg != "" {
 		return note(msg)
 	}
-	idZero := own
-	for _, sf := range est {
-		idZero = idZero || tokens[sf.Token] && sf.Local.Addr().Unmap() == addr && sf.LocalID == 0
+	if !own && !anyFrom(addr, tokens, true, est) {
+		return a.closeGoneJoins(addr, st, tokens, est, who, why, now) // reads the endpoints itself
 	}
 	if err := a.readEndpoints(true); err != nil {
 		return note(fmt.Sprintf("not closed: %v", err))
-	}
-	if !idZero {
-		return a.closeGoneJoins(addr, st, tokens, est, who, why, now)
 	}
 	key := "endpoint reopen " + addr.String()
 	if !a.gate.Ready(key, now) {
@@ -437,12 +438,8 @@ func othersUsing(addr netip.Addr, tokens map[uint32]bool, est []observe.Subflow,
 // 0 to race the fresh join). done false: a re-add as usual (mayReopen
 // says what is missing).
 func (a *endpointFlags) addWhereNone(addr netip.Addr, st *reopenState, tokens map[uint32]bool, est, joining []observe.Subflow, who, why string, now time.Time) (acts []api.ActionRecord, done bool) {
-	for _, sfs := range [][]observe.Subflow{est, joining} {
-		for _, sf := range sfs {
-			if tokens[sf.Token] && sf.Local.Addr().Unmap() == addr {
-				return nil, false
-			}
-		}
+	if anyFrom(addr, tokens, false, est, joining) {
+		return nil, false
 	}
 	if err := a.readEndpoints(true); err != nil || !a.scope.managedFunc()(addr) {
 		return nil, false

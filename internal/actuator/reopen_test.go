@@ -345,9 +345,7 @@ func TestReopenOfAddressIDZeroWaitsForTheRemoveAddr(t *testing.T) {
 	k := newFakePM(pm.Endpoint{ID: 1, Addr: addrB, Flags: pm.FlagSubflow})
 	state := newState(t)
 	a := NewEndpointFlags(k, &Gate{}, state, Scope{}, nil)
-	initial, other := est(7, addrB, 40001), joinSf(7, addrA, 40000) // initial: LocalID 0
-	initial.MinRTT = 20 * time.Millisecond
-	other.SRTT, other.LocalID = 80*time.Millisecond, 2
+	initial, other := initialAndOther(2)
 	slower := joinSf(9, addrA, 40003) // another connection, not asking: not waited for
 	slower.SRTT = 500 * time.Millisecond
 	sfs := []observe.Subflow{initial, other, slower}
@@ -433,6 +431,15 @@ func goneWant(tok uint32, local netip.Addr) policy.Action {
 	return w
 }
 
+// initialAndOther is connection 7: its initial subflow from addrB (id 0,
+// a 20 ms path) and a join from addrA with id otherID on an 80 ms path.
+func initialAndOther(otherID uint8) (initial, other observe.Subflow) {
+	initial, other = est(7, addrB, 40001), joinSf(7, addrA, 40000)
+	initial.MinRTT = 20 * time.Millisecond
+	other.SRTT, other.LocalID = 80*time.Millisecond, otherID
+	return initial, other
+}
+
 // own marks a wish as one for the connection's own address.
 func own(w policy.Action) policy.Action {
 	w.Own = true
@@ -450,9 +457,7 @@ func TestReopenClosesTheSubflowsOfAGoneAddress(t *testing.T) {
 	k := newFakePM(pm.Endpoint{ID: 1, Addr: addrA, Flags: pm.FlagSubflow})
 	state := newState(t)
 	a := NewEndpointFlags(k, &Gate{}, state, Scope{}, nil)
-	initial, other := est(7, addrB, 40001), joinSf(7, addrA, 40000) // initial: LocalID 0
-	initial.MinRTT = 20 * time.Millisecond
-	other.SRTT, other.LocalID = 80*time.Millisecond, 1
+	initial, other := initialAndOther(1)
 	t0 := time.Unix(100, 0)
 	recs := a.Reopen([]policy.Action{own(goneWant(7, addrB))}, []observe.Subflow{initial, other}, nil, t0)
 	if calls(k, "del") != 1 || !slices.Contains(k.calls, "del "+addrB.String()+" id 0") || calls(k, "add") != 0 {
@@ -528,9 +533,13 @@ func TestReopenClosesGoneJoinsAndAddsTheEndpointBackOnTheReturn(t *testing.T) {
 	for _, exit := range []bool{false, true} {
 		k := newFakePM(pm.Endpoint{ID: 1, Addr: addrB, Flags: pm.FlagSubflow, IfIndex: 3})
 		state := newState(t)
-		f := NewEndpointFlags(k, &Gate{}, state, Scope{}, nil)
 		here := false
-		f.(*endpointFlags).present = func(a netip.Addr) bool { return a != addrB || here }
+		f := NewEndpointFlags(k, &Gate{}, state, Scope{Interfaces: func() map[string][]netip.Addr {
+			if here {
+				return map[string][]netip.Addr{"a": {addrA}, "b": {addrB}}
+			}
+			return map[string][]netip.Addr{"a": {addrA}}
+		}}, nil)
 		initial, join := est(7, addrA, 40000), joinSf(7, addrB, 40001)
 		join.LocalID = 1
 		t0 := time.Unix(100, 0)

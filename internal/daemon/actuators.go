@@ -61,7 +61,7 @@ func newFlags(c actuator.PM, gate *actuator.Gate, state *crashstate.File, cfg *c
 }
 
 func endpointScope(cfg *config.Config) actuator.Scope {
-	return actuator.Scope{Manage: cfg.Endpoints.Manage, Leave: cfg.Endpoints.Leave, Resolve: ifaces.addrs}
+	return actuator.Scope{Manage: cfg.Endpoints.Manage, Leave: cfg.Endpoints.Leave, Resolve: ifaces.addrs, Interfaces: ifaces.all}
 }
 
 func (a *applier) apply(plan policy.Plan, est []observe.Subflow, refresh bool, now time.Time) []api.ActionRecord {
