@@ -51,6 +51,9 @@ func newActiveStandby(env Env, accesses []Access, r *ATSSSRule) *activeStandby {
 			p.targets = append([]string(nil), p.Paths...)
 		}
 		p.availabilityOnly = true
+		// The operator's modes steer by their own rules; the hold of the
+		// other paths during an outage (prefer_hold.go) is prefer's.
+		p.HoldOthers = false
 		if p.mesh != nil {
 			for _, a := range accesses {
 				p.mesh.filter.Allow = append(p.mesh.filter.Allow, a.Targets...)

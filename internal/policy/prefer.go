@@ -92,6 +92,12 @@ type preferConn struct {
 	since    time.Time
 	born     time.Time // the round that first saw the connection
 	switches int
+	// everActive: a preferred subflow carried at some point; outage: since
+	// when none is viable after that (zero: not in an outage); hold: the
+	// other subflows held meanwhile (prefer_hold.go).
+	everActive bool
+	outage     time.Time
+	hold       map[SubflowID]*holdState
 	// stalled are the preferred subflows judged stalled in the last round.
 	stalled map[SubflowID]bool
 	// probing: per preferred local address with no viable subflow, the
@@ -153,6 +159,11 @@ type PreferConfig struct {
 	// AvoidInitial are paths (interfaces or addresses) the user marked
 	// volatile: no connection opens its initial subflow there.
 	AvoidInitial targets `yaml:"avoid_initial"`
+	// HoldOthers: while a connection's preferred path is out, its other
+	// subflows are held to the rate their path delivers once it shows a
+	// queue, so that little of theirs is left in flight when the
+	// preferred path is back (prefer_hold.go). Default on.
+	HoldOthers bool `yaml:"hold_others"`
 }
 
 // PreferOpenConfig says whether prefer opens the connections' subflows
@@ -216,6 +227,7 @@ func NewPrefer(env Env) *Prefer {
 	// Under either path manager a subflow set backup still sends what it
 	// holds; 16 KiB queued instead of the kernel's send buffer.
 	p.NotSentLowat = defaultNotSentLowat
+	p.HoldOthers = true
 	switch env.PathManager {
 	case UserspacePM:
 		// The daemon is the path manager: prefer opens the connection's
@@ -301,6 +313,7 @@ func (p *Prefer) Requirements() Requirements {
 	}
 	r.InitialAvoid, r.InitialAddr = p.initial(rank)
 	r.NotSentLowat = int(p.NotSentLowat)
+	r.Limits = p.HoldOthers && len(rank) > 0
 	return r
 }
 
@@ -438,7 +451,7 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 		for _, sf := range c.Subflows {
 			out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: true, Reason: "backup until a preferred subflow joins"})
 		}
-		return out
+		return append(out, p.holdOthers(now, sampled, c, st, rank)...)
 	}
 	if len(pref) > 1 {
 		sort.SliceStable(pref, func(i, j int) bool { return rank[pref[i].sf.Local.Addr()] < rank[pref[j].sf.Local.Addr()] })
@@ -467,6 +480,7 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 			st.active, st.chosen, st.since = true, ID(*chosen), now
 			st.switches++
 		}
+		st.endOutage()
 		cs.State, cs.Chosen, cs.Switches = "preferred", ID(*chosen).String(), st.switches
 		others := "backup while preferred subflow " + cs.Chosen + " is viable"
 		for _, sf := range c.Subflows {
@@ -493,6 +507,13 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 			decide(sf, false, "no preferred subflow is viable: kernel default")
 		}
 	}
+	for _, s := range stalled {
+		if s {
+			return append(out, p.holdOthers(now, sampled, c, st, rank)...)
+		}
+	}
+	// Slower than δ, not out: the other paths are not held.
+	st.outage, st.hold = time.Time{}, nil
 	return out
 }
 

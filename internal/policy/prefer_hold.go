@@ -1,0 +1,129 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"mpsteer/internal/observe"
+	"mpsteer/internal/units"
+)
+
+// Holding the other paths while the preferred one is out. While a
+// connection that carried on its preferred path has no preferred subflow
+// viable (an outage), its other subflows carry the data, and the
+// congestion control fills their path's queue: BBR's window is twice the
+// path's bandwidth-delay product, and on the lab's paths of the paper
+// (prefer-outage.yaml) the other path's smoothed RTT went from its 80 ms
+// minimum to 150 ms over a five-second outage. All of that is in flight
+// when a fresh subflow on the preferred path takes over, and is carried
+// and acknowledged on the other path after it: bytes the user did not want
+// there, at the moment the preferred path is back. So once the outage has
+// lasted holdWarmup, an other subflow whose path shows a queue is capped
+// at the median of what it delivered in that time: paced at the rate
+// its path drains (pacing counts the TCP header, the delivery rate only
+// the payload, so the cap paces a few percent below the path's rate),
+// its queue drains and does not build again, and about one
+// bandwidth-delay product is left in flight. The cap is lifted as soon as
+// a preferred subflow is viable again, and after holdFor: a long outage
+// lets the other path's congestion control probe for more again.
+//
+// A subflow without a queue (an application that sends less than the
+// path carries, where the delivery rate is the application's) is left
+// alone; so is a connection that never carried on its preferred path (it
+// started elsewhere, and its other subflows are still ramping up).
+
+const (
+	// holdWarmup: the outage's first second, in which the other paths
+	// take over the data and their rate is measured.
+	holdWarmup = time.Second
+	// holdFor: the cap is lifted after this much of an outage.
+	holdFor = 10 * time.Second
+	// holdSamples: the cap is the median of up to this many delivery
+	// rate samples (the latest), taken while the subflow carried.
+	holdSamples = 10
+	// holdMinSamples: no cap from fewer samples than this.
+	holdMinSamples = 5
+)
+
+// holdState is one other subflow of a connection in an outage.
+type holdState struct {
+	rates   []uint64  // delivery rate samples while carrying, bytes/s
+	last    time.Time // when the last sample taken was sampled
+	acked   uint64    // its bytes acknowledged at that sample
+	cap     uint64    // bytes/s; 0: not capped (yet)
+	capWhen time.Duration
+}
+
+// holdsQueue says whether the subflow's path holds a queue of it: its
+// smoothed RTT a quarter above its minimum or more (a lower bar than the
+// startup guard's queued: here the queue itself is what costs).
+func holdsQueue(sf observe.Subflow) bool {
+	return sf.MinRTT > 0 && sf.SRTT >= sf.MinRTT+sf.MinRTT/4
+}
+
+// endOutage forgets the outage: a preferred subflow is viable.
+func (st *preferConn) endOutage() {
+	st.everActive = true
+	st.outage, st.hold = time.Time{}, nil
+}
+
+// holdOthers returns the caps of the connection's other subflows while no
+// preferred subflow is viable (see above). sampled is when the figures
+// were read (zero: now).
+func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, rank map[netip.Addr]int) []Action {
+	if !p.HoldOthers || !st.everActive {
+		return nil
+	}
+	if st.outage.IsZero() {
+		st.outage, st.hold = now, map[SubflowID]*holdState{}
+	}
+	out := now.Sub(st.outage)
+	if out >= holdFor {
+		return nil // lifted
+	}
+	at := sampled
+	if at.IsZero() {
+		at = now
+	}
+	var acts []Action
+	for _, sf := range c.Subflows {
+		if _, pref := rank[sf.Local.Addr()]; pref {
+			continue
+		}
+		id := ID(sf)
+		h := st.hold[id]
+		if h == nil {
+			h = &holdState{last: at, acked: sf.BytesAcked}
+			st.hold[id] = h
+			continue // its figures so far are from before the outage
+		}
+		if h.cap == 0 {
+			if at.After(h.last) {
+				if sf.BytesAcked > h.acked && sf.DeliveryRate > 0 {
+					h.rates = append(h.rates, sf.DeliveryRate)
+					if len(h.rates) > holdSamples {
+						h.rates = h.rates[1:]
+					}
+				}
+				h.last, h.acked = at, sf.BytesAcked
+			}
+			if out < holdWarmup || len(h.rates) < holdMinSamples || !holdsQueue(sf) {
+				continue
+			}
+			h.cap, h.capWhen = median(h.rates), out
+		}
+		acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(h.cap * 8),
+			Reason: fmt.Sprintf("no preferred subflow viable for %s: held to what its path delivered (median of %d samples), so that its queue drains before the preferred path is back; lifted then, or %s into the outage",
+				h.capWhen.Round(time.Millisecond), len(h.rates), holdFor)})
+	}
+	return acts
+}
+
+// median of the samples (the upper one of an even count).
+func median(v []uint64) uint64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,151 @@
+package policy
+
+import (
+	"testing"
+	"time"
+)
+
+// holdRound advances the world by a sample: the cell subflow carries,
+// delivering rate bytes/s (its bytes acknowledged grow), its SRTT srtt
+// over a 20 ms minimum.
+func (w *reopenWorld) holdRound(rate uint64, srtt time.Duration) []Action {
+	w.add(100 * ms)
+	cell := &w.conn.Subflows[0]
+	cell.MinRTT, cell.SRTT = 20*ms, srtt
+	cell.DeliveryRate = rate
+	cell.BytesAcked += rate / 10
+	return w.decide()
+}
+
+// caps lists the Limit actions' rates (bytes/s) by local address.
+func caps(acts []Action) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, a := range kinds(acts, Limit) {
+		out[a.Subflow.Local.Addr().String()] = uint64(a.Rate.BytesPerSecond())
+	}
+	return out
+}
+
+// stallWifi makes the preferred subflow silent (stalled).
+func (w *reopenWorld) stallWifi() {
+	wifi := &w.conn.Subflows[1]
+	wifi.Unacked, wifi.LastAckRecv, wifi.Backoff = 30, 400*ms, 1
+}
+
+// While the preferred path is out, the other path is held to the median of
+// what it delivered once it shows a queue, from a second into the outage;
+// the cap goes as soon as the preferred path is viable again.
+func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
+	w := newReopenWorld(t, Env{})
+	if c := caps(w.decide()); len(c) != 0 {
+		t.Fatalf("preferred viable: caps %v", c)
+	}
+	w.stallWifi()
+	// The outage's first round takes no sample (its figures are from
+	// before it); the eleventh is a second after it, with ten samples.
+	rates := []uint64{900e3, 500e3, 520e3, 480e3, 510e3, 490e3, 530e3, 470e3, 505e3, 495e3, 515e3}
+	var got map[string]uint64
+	for i, r := range rates {
+		got = caps(w.holdRound(r, 40*ms))
+		if i < len(rates)-1 && len(got) != 0 {
+			t.Fatalf("round %d of the outage: capped %v before the warm-up is over", i+1, got)
+		}
+	}
+	if got["10.2.0.1"] != 505e3 || len(got) != 1 {
+		t.Fatalf("a second in: caps %v, want cell held to 505000 B/s (the median) and nothing else", got)
+	}
+	// Held at that cap whatever it delivers now.
+	if c := caps(w.holdRound(100e3, 40*ms)); c["10.2.0.1"] != 505e3 {
+		t.Fatalf("held: %v", c)
+	}
+	// The preferred path is back: no cap (the actuator lifts it).
+	wifi := &w.conn.Subflows[1]
+	wifi.Unacked, wifi.LastAckRecv, wifi.Backoff = 0, 0, 0
+	if c := caps(w.holdRound(500e3, 40*ms)); len(c) != 0 {
+		t.Fatalf("preferred viable again: caps %v", c)
+	}
+	// The next outage measures again.
+	w.stallWifi()
+	for range 5 {
+		if c := caps(w.holdRound(300e3, 40*ms)); len(c) != 0 {
+			t.Fatalf("second outage, warm-up: %v", c)
+		}
+	}
+	for range 6 {
+		got = caps(w.holdRound(300e3, 40*ms))
+	}
+	// (5 + 6 rounds: a second after the outage's first.)
+	if got["10.2.0.1"] != 300e3 {
+		t.Fatalf("second outage: %v, want 300000 B/s", got)
+	}
+}
+
+func TestPreferHoldsNothingWithoutAQueueOrPastItsTime(t *testing.T) {
+	run := func(t *testing.T, w *reopenWorld, srtt time.Duration, rounds int) map[string]uint64 {
+		t.Helper()
+		w.decide()
+		w.stallWifi()
+		var got map[string]uint64
+		for range rounds {
+			got = caps(w.holdRound(500e3, srtt))
+		}
+		return got
+	}
+	t.Run("no queue", func(t *testing.T) {
+		// SRTT under a quarter above the minimum: the application, not
+		// the path, sets the rate.
+		if c := run(t, newReopenWorld(t, Env{}), 24*ms, 30); len(c) != 0 {
+			t.Fatalf("caps %v", c)
+		}
+	})
+	t.Run("outage past holdFor", func(t *testing.T) {
+		w := newReopenWorld(t, Env{})
+		if c := run(t, w, 40*ms, 20); len(c) != 1 {
+			t.Fatalf("2 s in: caps %v, want one", c)
+		}
+		for range 80 {
+			w.holdRound(500e3, 40*ms)
+		}
+		if c := caps(w.holdRound(500e3, 40*ms)); len(c) != 0 {
+			t.Fatalf("%v into the outage: caps %v, want lifted", holdFor, c)
+		}
+	})
+	t.Run("slower than δ, not out", func(t *testing.T) {
+		// The preferred path is viable, then its RTT goes past δ: the
+		// kernel's default, and nothing held.
+		w := newReopenWorld(t, Env{})
+		w.p.RTTWindow = 0
+		w.decide()
+		w.conn.Subflows[1].SRTT = 200 * ms
+		var got map[string]uint64
+		for range 30 {
+			got = caps(w.holdRound(500e3, 40*ms))
+		}
+		if st := w.status(); st.State != "deactivated" || len(got) != 0 {
+			t.Fatalf("state %s, caps %v", st.State, got)
+		}
+	})
+	t.Run("hold_others off", func(t *testing.T) {
+		w := newReopenWorld(t, Env{})
+		w.p.HoldOthers = false
+		if c := run(t, w, 40*ms, 30); len(c) != 0 {
+			t.Fatalf("caps %v", c)
+		}
+		if w.p.Requirements().Limits {
+			t.Fatal("hold_others off still asks for the rate caps' program")
+		}
+	})
+	t.Run("never on the preferred path", func(t *testing.T) {
+		// The connection's preferred subflow never was viable: it started
+		// stalled (the path out from the start).
+		w := newReopenWorld(t, Env{})
+		w.stallWifi()
+		var got map[string]uint64
+		for range 30 {
+			got = caps(w.holdRound(500e3, 40*ms))
+		}
+		if len(got) != 0 {
+			t.Fatalf("caps %v", got)
+		}
+	})
+}
