@@ -93,6 +93,9 @@ type Daemon struct {
 	// bbrStateSaid: the log said a policy reads BBR's state without the
 	// iterator (sampler.go).
 	bbrStateSaid bool
+	// sampleOnJoin: a policy acts on a join's SYN/ACK (Requirements); a
+	// subflow's establishment event asks for a sample.
+	sampleOnJoin bool
 	tracker      *observe.Tracker
 	view         view
 	// connsReadAt: when the connections were last read (sampler.go).

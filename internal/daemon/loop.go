@@ -214,9 +214,10 @@ func (d *Daemon) round(t taken) {
 		if firstEvent.IsZero() || ev.Received.Before(firstEvent) {
 			firstEvent = ev.Received
 		}
-		if ev.Type == pm.EventSubEstablished && d.apply.joins.Backup {
+		if ev.Type == pm.EventSubEstablished && (d.apply.joins.Backup || d.sampleOnJoin) {
 			// A subflow joined as backup waits for the sample that
-			// gives its RTT before it may carry anything.
+			// gives its RTT before it may carry anything; prefer holds
+			// the other paths back while a preferred join completes.
 			d.in.requestSample()
 		}
 		d.refreshConn(ev.Token) // a new connection's cgroup (appscope.go)

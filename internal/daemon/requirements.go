@@ -18,6 +18,7 @@ import (
 func (d *Daemon) syncRequirements() {
 	req := d.engine.Requirements()
 	d.apply.joins = actuator.Joins{Backup: req.JoinBackup, BackupAddrs: req.BackupAddrs}
+	d.sampleOnJoin = req.SampleOnJoin
 	d.syncHealth(req) // health.go
 	if req.Limits {
 		if err := d.apply.rates.Ready(); err != nil {

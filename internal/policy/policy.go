@@ -236,6 +236,11 @@ type Requirements struct {
 	// Coupled: the MPTCP subflows of each scope's connections run a
 	// coupled congestion control (coupled.go), in the order given.
 	Coupled []CoupledScope
+	// SampleOnJoin: the policy acts on a join's SYN/ACK (a subflow in the
+	// connection whose join has not completed): the daemon takes a sample
+	// as soon as a subflow's establishment event arrives, not at the next
+	// interval.
+	SampleOnJoin bool
 	// BBRState: the policy reads BBR's own state (observe.Subflow.BBR),
 	// which only the BPF iterator gives: the daemon reads subflows with it
 	// while a policy asks, whatever its reads cost against sock_diag.
@@ -367,6 +372,7 @@ func (e *Engine) Requirements() Requirements {
 		r.HealthReports = r.HealthReports || req.HealthReports
 		r.JoinBackup = r.JoinBackup || req.JoinBackup
 		r.BBRState = r.BBRState || req.BBRState
+		r.SampleOnJoin = r.SampleOnJoin || req.SampleOnJoin
 		for a, who := range req.BackupAddrs {
 			if _, taken := r.BackupAddrs[a]; !taken {
 				r.BackupAddrs[a] = who

@@ -98,6 +98,9 @@ type preferConn struct {
 	everActive bool
 	outage     time.Time
 	hold       map[SubflowID]*holdState
+	// joinSeen: when a preferred subflow whose join has not completed was
+	// first chosen in the outage (zero: none).
+	joinSeen time.Time
 	// stalled are the preferred subflows judged stalled in the last round.
 	stalled map[SubflowID]bool
 	// probing: per preferred local address with no viable subflow, the
@@ -314,6 +317,7 @@ func (p *Prefer) Requirements() Requirements {
 	r.InitialAvoid, r.InitialAddr = p.initial(rank)
 	r.NotSentLowat = int(p.NotSentLowat)
 	r.Limits = p.HoldOthers && len(rank) > 0
+	r.SampleOnJoin = r.Limits // the others hold back while a preferred join completes
 	return r
 }
 
@@ -451,7 +455,7 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 		for _, sf := range c.Subflows {
 			out = append(out, Action{Kind: Backup, Token: c.Token, Subflow: ID(sf), Backup: true, Reason: "backup until a preferred subflow joins"})
 		}
-		return append(out, p.holdOthers(now, sampled, c, st, rank)...)
+		return append(out, p.holdOthers(now, sampled, c, st, rank, false)...)
 	}
 	if len(pref) > 1 {
 		sort.SliceStable(pref, func(i, j int) bool { return rank[pref[i].sf.Local.Addr()] < rank[pref[j].sf.Local.Addr()] })
@@ -480,7 +484,10 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 			st.active, st.chosen, st.since = true, ID(*chosen), now
 			st.switches++
 		}
-		st.endOutage()
+		joining := chosen.JoinIncomplete() && !st.outage.IsZero()
+		if !joining {
+			st.endOutage()
+		}
 		cs.State, cs.Chosen, cs.Switches = "preferred", ID(*chosen).String(), st.switches
 		others := "backup while preferred subflow " + cs.Chosen + " is viable"
 		for _, sf := range c.Subflows {
@@ -489,6 +496,11 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 			} else {
 				decide(sf, true, others)
 			}
+		}
+		if joining {
+			// It carries nothing before its join completes: the others
+			// hold back for that round trip (prefer_hold.go).
+			out = append(out, p.holdOthers(now, sampled, c, st, rank, true)...)
 		}
 		return out
 	}
@@ -509,7 +521,7 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 	}
 	for _, s := range stalled {
 		if s {
-			return append(out, p.holdOthers(now, sampled, c, st, rank)...)
+			return append(out, p.holdOthers(now, sampled, c, st, rank, false)...)
 		}
 	}
 	// Slower than δ, not out: the other paths are not held.

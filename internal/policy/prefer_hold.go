@@ -29,6 +29,16 @@ import (
 // a preferred subflow is viable again, and after holdFor: a long outage
 // lets the other path's congestion control probe for more again.
 //
+// When a fresh subflow on the preferred path answers (its SYN/ACK), it
+// may not carry before its join completes, a round trip later (the
+// fourth ACK); until then MPTCP's scheduler has nothing else than the
+// other subflows, backup as they are, and hands them a round trip of
+// data more. So while a chosen preferred subflow's join is incomplete,
+// the held subflows are capped at a tenth of their cap (holdJoinShare):
+// what they would have carried waits a round trip for the preferred
+// path. At most holdJoinMax: a join that does not complete by then
+// gives the others their cap back.
+//
 // A subflow without a queue (an application that sends less than the
 // path carries, where the delivery rate is the application's) is left
 // alone; so is a connection that never carried on its preferred path (it
@@ -45,6 +55,10 @@ const (
 	holdSamples = 10
 	// holdMinSamples: no cap from fewer samples than this.
 	holdMinSamples = 5
+	// holdJoinShare: the held subflows' share of their cap while a
+	// preferred join completes; holdJoinMax: for at most this long.
+	holdJoinShare = 10
+	holdJoinMax   = time.Second
 )
 
 // holdState is one other subflow of a connection in an outage.
@@ -66,16 +80,24 @@ func holdsQueue(sf observe.Subflow) bool {
 // endOutage forgets the outage: a preferred subflow is viable.
 func (st *preferConn) endOutage() {
 	st.everActive = true
-	st.outage, st.hold = time.Time{}, nil
+	st.outage, st.hold, st.joinSeen = time.Time{}, nil, time.Time{}
 }
 
 // holdOthers returns the caps of the connection's other subflows while no
-// preferred subflow is viable (see above). sampled is when the figures
-// were read (zero: now).
-func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, rank map[netip.Addr]int) []Action {
+// preferred subflow is viable, or (joining) while the one chosen
+// completes its join (see above). sampled is when the figures were read
+// (zero: now).
+func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, rank map[netip.Addr]int, joining bool) []Action {
 	if !p.HoldOthers || !st.everActive {
 		return nil
 	}
+	switch {
+	case !joining:
+		st.joinSeen = time.Time{}
+	case st.joinSeen.IsZero():
+		st.joinSeen = now
+	}
+	holdBack := joining && now.Sub(st.joinSeen) < holdJoinMax
 	if st.outage.IsZero() {
 		st.outage, st.hold = now, map[SubflowID]*holdState{}
 	}
@@ -113,6 +135,11 @@ func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, ran
 				continue
 			}
 			h.cap, h.capWhen = median(h.rates), out
+		}
+		if holdBack {
+			acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(max(h.cap/holdJoinShare, 1) * 8),
+				Reason: fmt.Sprintf("a preferred subflow answered and completes its join: held to a tenth of its cap for that round trip (at most %s), so that what it would carry waits for the preferred path", holdJoinMax)})
+			continue
 		}
 		acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(h.cap * 8),
 			Reason: fmt.Sprintf("no preferred subflow viable for %s: held to what its path delivered (median of %d samples), so that its queue drains before the preferred path is back; lifted then, or %s into the outage",

@@ -3,6 +3,8 @@ package policy
 import (
 	"testing"
 	"time"
+
+	"mpsteer/internal/observe"
 )
 
 // holdRound advances the world by a sample: the cell subflow carries,
@@ -58,9 +60,16 @@ func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 	if c := caps(w.holdRound(100e3, 40*ms)); c["10.2.0.1"] != 505e3 {
 		t.Fatalf("held: %v", c)
 	}
-	// The preferred path is back: no cap (the actuator lifts it).
+	// A fresh wifi subflow answers (its SYN/ACK): until its join
+	// completes, cell is held to a tenth of its cap.
+	w.conn.Subflows[1] = sf("10.1.0.1", 3, 20*ms, 10)
 	wifi := &w.conn.Subflows[1]
-	wifi.Unacked, wifi.LastAckRecv, wifi.Backoff = 0, 0, 0
+	wifi.Cookie, wifi.MPFlags = 7, observe.FlagJoinLoc
+	if c := caps(w.holdRound(500e3, 40*ms)); c["10.2.0.1"] != 505e3/10 || len(c) != 1 {
+		t.Fatalf("preferred join completing: caps %v, want cell at a tenth of 505000 B/s", c)
+	}
+	// The join completed: no cap (the actuator lifts it).
+	wifi.MPFlags |= observe.FlagFullyEst
 	if c := caps(w.holdRound(500e3, 40*ms)); len(c) != 0 {
 		t.Fatalf("preferred viable again: caps %v", c)
 	}
@@ -123,6 +132,22 @@ func TestPreferHoldsNothingWithoutAQueueOrPastItsTime(t *testing.T) {
 		}
 		if st := w.status(); st.State != "deactivated" || len(got) != 0 {
 			t.Fatalf("state %s, caps %v", st.State, got)
+		}
+	})
+	t.Run("a join that does not complete", func(t *testing.T) {
+		w := newReopenWorld(t, Env{})
+		if c := run(t, w, 40*ms, 20); len(c) != 1 {
+			t.Fatalf("2 s in: caps %v, want one", c)
+		}
+		w.conn.Subflows[1] = sf("10.1.0.1", 3, 20*ms, 10)
+		w.conn.Subflows[1].Cookie, w.conn.Subflows[1].MPFlags = 7, observe.FlagJoinLoc
+		held := caps(w.holdRound(500e3, 40*ms))["10.2.0.1"]
+		for range 9 {
+			w.holdRound(500e3, 40*ms)
+		}
+		// holdJoinMax (1 s) after the join was first seen: the cap again.
+		if c := caps(w.holdRound(500e3, 40*ms)); c["10.2.0.1"] != held*holdJoinShare {
+			t.Fatalf("join incomplete for %v: caps %v, want the cap (%d B/s) back", holdJoinMax, c, held*holdJoinShare)
 		}
 	})
 	t.Run("hold_others off", func(t *testing.T) {
