@@ -24,8 +24,8 @@ import (
 // at the median of what it delivered in that time: paced at the rate
 // its path drains (pacing counts the TCP header, the delivery rate only
 // the payload, so the cap paces a few percent below the path's rate),
-// its queue drains and does not build again, and about one
-// bandwidth-delay product is left in flight. The cap is lifted as soon as
+// its queue drains, and little more than one bandwidth-delay product is
+// left in flight. The cap is lifted as soon as
 // a preferred subflow is viable again, and after holdFor: a long outage
 // lets the other path's congestion control probe for more again.
 //
