@@ -525,7 +525,7 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 		}
 	}
 	// Slower than δ, not out: the other paths are not held.
-	st.outage, st.hold = time.Time{}, nil
+	st.clearOutage()
 	return out
 }
 

@@ -80,6 +80,11 @@ func holdsQueue(sf observe.Subflow) bool {
 // endOutage forgets the outage: a preferred subflow is viable.
 func (st *preferConn) endOutage() {
 	st.everActive = true
+	st.clearOutage()
+}
+
+// clearOutage forgets the outage and what was held in it.
+func (st *preferConn) clearOutage() {
 	st.outage, st.hold, st.joinSeen = time.Time{}, nil, time.Time{}
 }
 
