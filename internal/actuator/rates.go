@@ -25,7 +25,7 @@ const (
 // Pacer is the sockops program that holds subflows to their caps (a
 // *sockops.Pacer): Set replaces the whole table of caps.
 type Pacer interface {
-	Set(want map[sockops.Subflow4]uint64) error
+	Set(want map[sockops.Subflow4]sockops.Cap) error
 	Forget(live func(sockops.Subflow4) bool)
 	Stats() map[string]uint64
 	Close(grace time.Duration) error
@@ -52,8 +52,9 @@ type Rates struct {
 }
 
 type capState struct {
-	rate  units.Rate
-	token uint32
+	rate    units.Rate
+	notsent units.Size
+	token   uint32
 }
 
 // NewRates makes the rate actuator for via (RatePacing, RateRwnd, RateCC);
@@ -105,6 +106,7 @@ type change struct {
 	id          policy.SubflowID
 	token       uint32
 	rate        units.Rate
+	notsent     units.Size
 	who, reason string
 }
 
@@ -118,14 +120,14 @@ func (a *Rates) Apply(dec map[policy.SubflowID]policy.Action, est []observe.Subf
 		d, decided := dec[id]
 		cur, capped := a.caps[id]
 		switch {
-		case decided && d.Rate > 0 && (!capped || cur.rate != d.Rate):
-			changes = append(changes, change{id, sf.Token, d.Rate, d.Policy, d.Reason})
+		case decided && d.Rate > 0 && (!capped || cur.rate != d.Rate || cur.notsent != d.NotSent):
+			changes = append(changes, change{id, sf.Token, d.Rate, d.NotSent, d.Policy, d.Reason})
 		case capped && (decided && d.Rate <= 0 || !decided):
 			why, who := "no policy caps it any more", ""
 			if decided {
 				why, who = d.Reason, d.Policy
 			}
-			changes = append(changes, change{id, sf.Token, 0, who, why})
+			changes = append(changes, change{id, sf.Token, 0, 0, who, why})
 		}
 	}
 	for id := range a.caps {
@@ -161,13 +163,13 @@ func (a *Rates) applyPacer(changes []change, now time.Time) []api.ActionRecord {
 			err = fmt.Errorf("the rate program was not loaded before the subflow was established (the policy that caps rates came with a reload)")
 		}
 	} else {
-		want := make(map[sockops.Subflow4]uint64, len(a.caps)+len(changes))
+		want := make(map[sockops.Subflow4]sockops.Cap, len(a.caps)+len(changes))
 		for id, st := range a.caps {
-			want[subflow4(id)] = uint64(st.rate.BytesPerSecond())
+			want[subflow4(id)] = pacerCap(st.rate, st.notsent)
 		}
 		for _, c := range changes {
 			if c.rate > 0 {
-				want[subflow4(c.id)] = uint64(c.rate.BytesPerSecond())
+				want[subflow4(c.id)] = pacerCap(c.rate, c.notsent)
 			} else {
 				delete(want, subflow4(c.id))
 			}
@@ -182,12 +184,17 @@ func (a *Rates) applyPacer(changes []change, now time.Time) []api.ActionRecord {
 			continue
 		}
 		if c.rate > 0 {
-			a.caps[c.id] = capState{c.rate, c.token}
+			a.caps[c.id] = capState{c.rate, c.notsent, c.token}
 		} else {
 			delete(a.caps, c.id)
 		}
 	}
 	return out
+}
+
+// pacerCap is a cap as the pacer takes it.
+func pacerCap(r units.Rate, notsent units.Size) sockops.Cap {
+	return sockops.Cap{Rate: uint64(r.BytesPerSecond()), NotSent: uint32(min(notsent, units.Size(^uint32(0))))}
 }
 
 // applyChains adds, replaces or removes one rwnd chain per change.
@@ -205,7 +212,7 @@ func (a *Rates) applyChains(changes []change, now time.Time) []api.ActionRecord 
 			continue
 		}
 		if c.rate > 0 {
-			a.caps[c.id] = capState{c.rate, c.token}
+			a.caps[c.id] = capState{c.rate, c.notsent, c.token}
 		} else {
 			delete(a.caps, c.id)
 		}

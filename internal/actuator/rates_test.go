@@ -16,11 +16,11 @@ import (
 // fakePacer counts the writes of its table.
 type fakePacer struct {
 	sets   int
-	want   map[sockops.Subflow4]uint64
+	want   map[sockops.Subflow4]sockops.Cap
 	refuse error
 }
 
-func (p *fakePacer) Set(want map[sockops.Subflow4]uint64) error {
+func (p *fakePacer) Set(want map[sockops.Subflow4]sockops.Cap) error {
 	p.sets++
 	if p.refuse != nil {
 		return p.refuse
@@ -75,6 +75,35 @@ func TestRatesWriteTheTableOncePerRound(t *testing.T) {
 	r.Apply(nil, sfs, time.Unix(102, 0))
 	if p.sets != 2 || len(p.want) != 0 {
 		t.Fatalf("lifting: %d writes, %d left", p.sets, len(p.want))
+	}
+}
+
+// A cap's bound on what waits unsent (TCP_NOTSENT_LOWAT) goes to the
+// pacer with its rate, and a changed bound is a change of the cap.
+func TestRatesPassTheUnsentBound(t *testing.T) {
+	p := &fakePacer{}
+	r, _ := newTestRates(t, p)
+	sfs := []observe.Subflow{est(1, addrA, 40001)}
+	bounded := func(n units.Size) map[policy.SubflowID]policy.Action {
+		dec := caps(4*units.Mbit, sfs)
+		for id, a := range dec {
+			a.NotSent = n
+			dec[id] = a
+		}
+		return dec
+	}
+	key := sockops.Subflow4{Local: sfs[0].Local, Remote: sfs[0].Remote}
+	r.Apply(bounded(5000), sfs, time.Unix(100, 0))
+	if c := p.want[key]; p.sets != 1 || c.Rate != 500_000 || c.NotSent != 5000 {
+		t.Fatalf("%d writes, cap %+v: want one write of 500000 B/s with 5000 B unsent at most", p.sets, c)
+	}
+	r.Apply(bounded(5000), sfs, time.Unix(101, 0))
+	if p.sets != 1 {
+		t.Fatalf("%d writes after a round that changed nothing", p.sets)
+	}
+	r.Apply(bounded(3000), sfs, time.Unix(102, 0))
+	if c := p.want[key]; p.sets != 2 || c.NotSent != 3000 {
+		t.Fatalf("%d writes, cap %+v: want the new bound (3000 B) written", p.sets, c)
 	}
 }
 

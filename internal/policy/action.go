@@ -57,6 +57,11 @@ type Action struct {
 	Backup bool
 	// Rate is the cap a Limit action sets (0: no cap).
 	Rate units.Rate
+	// NotSent: with a Limit, the subflow's TCP_NOTSENT_LOWAT while the
+	// cap holds (0: left as it is), so that little waits unsent on a
+	// held subflow; its own value comes back with the cap's lifting. The
+	// pacing way only (the config's rate_via).
+	NotSent units.Size `json:",omitempty"`
 	// Addr is the local address to Announce or Withdraw (port optional).
 	Addr netip.AddrPort
 	// Iface binds a Create to a local interface (optional).

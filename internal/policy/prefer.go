@@ -433,6 +433,14 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 		}
 	}
 	if len(rank) == 0 {
+		// No preferred address on the host: for a connection that carried
+		// on its preferred path, its interface went down (or lost the
+		// address), an outage like a silent one, and the other paths are
+		// held the same way (prefer_hold.go). Otherwise nothing to prefer.
+		if st := p.conns[c.Token]; st != nil && st.everActive {
+			cs.State = "preferred-address-gone"
+			return p.holdOthers(now, sampled, c, st, rank, false)
+		}
 		cs.State = "no-preference"
 		return nil
 	}

@@ -39,6 +39,15 @@ import (
 // path. At most holdJoinMax: a join that does not complete by then
 // gives the others their cap back.
 //
+// What MPTCP has queued, unsent, on a held subflow when the preferred
+// path takes over goes out on it all the same (MPTCP does not take back
+// what it gave a subflow), up to TCP_NOTSENT_LOWAT and one of its chunks
+// more: on the paper's paths, 25 to 45 KB after each return, most of the
+// share the preferred path missed. So a held subflow's TCP_NOTSENT_LOWAT
+// is what its cap sends in holdQueue while the hold lasts (on those
+// paths less than a segment: MPTCP hands it more only once it sent what
+// it had); its own value comes back with the lifting.
+//
 // A subflow without a queue (an application that sends less than the
 // path carries, where the delivery rate is the application's) is left
 // alone; so is a connection that never carried on its preferred path (it
@@ -59,6 +68,11 @@ const (
 	// preferred join completes; holdJoinMax: for at most this long.
 	holdJoinShare = 10
 	holdJoinMax   = time.Second
+	// holdQueue, holdQueueMin: a held subflow's TCP_NOTSENT_LOWAT is what
+	// its cap sends in holdQueue, at least holdQueueMin (below a segment:
+	// MPTCP gives the subflow more only once it sent what it had).
+	holdQueue    = 2 * time.Millisecond
+	holdQueueMin = 1
 )
 
 // holdState is one other subflow of a connection in an outage.
@@ -141,14 +155,15 @@ func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, ran
 			}
 			h.cap, h.capWhen = median(h.rates), out
 		}
+		notsent := units.Size(max(h.cap*uint64(holdQueue)/uint64(time.Second), holdQueueMin))
 		if holdBack {
-			acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(max(h.cap/holdJoinShare, 1) * 8),
+			acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(max(h.cap/holdJoinShare, 1) * 8), NotSent: notsent,
 				Reason: fmt.Sprintf("a preferred subflow answered and completes its join: held to a tenth of its cap for that round trip (at most %s), so that what it would carry waits for the preferred path", holdJoinMax)})
 			continue
 		}
-		acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(h.cap * 8),
-			Reason: fmt.Sprintf("no preferred subflow viable for %s: held to what its path delivered (median of %d samples), so that its queue drains before the preferred path is back; lifted then, or %s into the outage",
-				h.capWhen.Round(time.Millisecond), len(h.rates), holdFor)})
+		acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(h.cap * 8), NotSent: notsent,
+			Reason: fmt.Sprintf("no preferred subflow viable for %s: held to what its path delivered (median of %d samples), %s of it queued unsent at most, so that its queue drains before the preferred path is back; lifted then, or %s into the outage",
+				h.capWhen.Round(time.Millisecond), len(h.rates), notsent, holdFor)})
 	}
 	return acts
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -28,6 +29,16 @@ func caps(acts []Action) map[string]uint64 {
 	return out
 }
 
+// bounds lists the Limit actions' TCP_NOTSENT_LOWAT (bytes) by local
+// address.
+func bounds(acts []Action) map[string]int64 {
+	out := map[string]int64{}
+	for _, a := range kinds(acts, Limit) {
+		out[a.Subflow.Local.Addr().String()] = int64(a.NotSent)
+	}
+	return out
+}
+
 // stallWifi makes the preferred subflow silent (stalled).
 func (w *reopenWorld) stallWifi() {
 	wifi := &w.conn.Subflows[1]
@@ -47,14 +58,20 @@ func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 	// before it); the eleventh is a second after it, with ten samples.
 	rates := []uint64{900e3, 500e3, 520e3, 480e3, 510e3, 490e3, 530e3, 470e3, 505e3, 495e3, 515e3}
 	var got map[string]uint64
+	var acts []Action
 	for i, r := range rates {
-		got = caps(w.holdRound(r, 40*ms))
+		acts = w.holdRound(r, 40*ms)
+		got = caps(acts)
 		if i < len(rates)-1 && len(got) != 0 {
 			t.Fatalf("round %d of the outage: capped %v before the warm-up is over", i+1, got)
 		}
 	}
 	if got["10.2.0.1"] != 505e3 || len(got) != 1 {
 		t.Fatalf("a second in: caps %v, want cell held to 505000 B/s (the median) and nothing else", got)
+	}
+	// Little queued unsent on it: what the cap sends in 2 ms.
+	if b := bounds(acts); b["10.2.0.1"] != 1010 {
+		t.Fatalf("a second in: TCP_NOTSENT_LOWAT %v, want cell's 1010 B", b)
 	}
 	// Held at that cap whatever it delivers now.
 	if c := caps(w.holdRound(100e3, 40*ms)); c["10.2.0.1"] != 505e3 {
@@ -65,8 +82,12 @@ func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 	w.conn.Subflows[1] = sf("10.1.0.1", 3, 20*ms, 10)
 	wifi := &w.conn.Subflows[1]
 	wifi.Cookie, wifi.MPFlags = 7, observe.FlagJoinLoc
-	if c := caps(w.holdRound(500e3, 40*ms)); c["10.2.0.1"] != 505e3/10 || len(c) != 1 {
+	acts = w.holdRound(500e3, 40*ms)
+	if c := caps(acts); c["10.2.0.1"] != 505e3/10 || len(c) != 1 {
 		t.Fatalf("preferred join completing: caps %v, want cell at a tenth of 505000 B/s", c)
+	}
+	if b := bounds(acts); b["10.2.0.1"] != 1010 {
+		t.Fatalf("preferred join completing: TCP_NOTSENT_LOWAT %v, want cell's 1010 B still", b)
 	}
 	// The join completed: no cap (the actuator lifts it).
 	wifi.MPFlags |= observe.FlagFullyEst
@@ -81,11 +102,52 @@ func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 		}
 	}
 	for range 6 {
-		got = caps(w.holdRound(300e3, 40*ms))
+		acts = w.holdRound(300e3, 40*ms)
+		got = caps(acts)
 	}
 	// (5 + 6 rounds: a second after the outage's first.)
 	if got["10.2.0.1"] != 300e3 {
 		t.Fatalf("second outage: %v, want 300000 B/s", got)
+	}
+	if b := bounds(acts); b["10.2.0.1"] != 600 {
+		t.Fatalf("second outage: TCP_NOTSENT_LOWAT %v, want cell's 600 B", b)
+	}
+}
+
+// The preferred interface goes down (its address with it): an outage all
+// the same, and the other path is held from a second into it; the fresh
+// preferred subflow takes over once the address is back.
+func TestPreferHoldsTheOtherPathWhileThePreferredInterfaceIsDown(t *testing.T) {
+	w := newReopenWorld(t, Env{})
+	w.decide()
+	delete(w.ifaces, "wifi")
+	w.conn.Subflows = w.conn.Subflows[:1] // closed as the address went
+	var acts []Action
+	for range 11 {
+		acts = w.holdRound(500e3, 40*ms)
+	}
+	if c := caps(acts); c["10.2.0.1"] != 500e3 || len(c) != 1 {
+		t.Fatalf("a second into the interface's outage: caps %v, want cell held to 500000 B/s", c)
+	}
+	if st := w.status(); st.State != "preferred-address-gone" {
+		t.Fatalf("state %q", st.State)
+	}
+	w.ifaces["wifi"] = []netip.Addr{wifiAddr}
+	fresh := sf("10.1.0.1", 3, 20*ms, 10)
+	fresh.Cookie, fresh.MPFlags = 7, observe.FlagJoinLoc|observe.FlagFullyEst
+	w.conn.Subflows = append(w.conn.Subflows, fresh)
+	if c := caps(w.holdRound(500e3, 40*ms)); len(c) != 0 {
+		t.Fatalf("preferred back: caps %v", c)
+	}
+	// A connection that never carried on the preferred path is not held.
+	w2 := newReopenWorld(t, Env{})
+	delete(w2.ifaces, "wifi")
+	w2.conn.Subflows = w2.conn.Subflows[:1]
+	for range 20 {
+		acts = w2.holdRound(500e3, 40*ms)
+	}
+	if c := caps(acts); len(c) != 0 {
+		t.Fatalf("never on the preferred path: caps %v", c)
 	}
 }
 

@@ -26,6 +26,17 @@ type Subflow4 struct {
 // takes 32 bits from BPF: ~0U bytes per second is "none").
 const Unlimited = uint64(^uint32(0))
 
+// Cap is what a Pacer holds a subflow to.
+type Cap struct {
+	// Rate in bytes per second (Unlimited: none).
+	Rate uint64
+	// NotSent is the subflow's TCP_NOTSENT_LOWAT while the cap holds, in
+	// bytes (0: the socket's own): how much MPTCP may queue, unsent, on
+	// it. The socket's own value is put back when the cap is lifted.
+	// ByPacing only.
+	NotSent uint32
+}
+
 // CapWay is how a Pacer holds a subflow to its rate.
 type CapWay uint32
 
@@ -56,7 +67,7 @@ type Pacer struct {
 	cc     capccObjects // ByCongestionControl
 	ccLink link.Link
 	ccName string
-	want   map[Subflow4]uint64 // bytes per second
+	want   map[Subflow4]Cap
 	// ByPacing: the iterator that applies caps at once (nil: refused,
 	// nowErr says why).
 	now     ratenowObjects
@@ -73,7 +84,7 @@ func NewPacer(netnsCookie uint64, way CapWay) (*Pacer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pacer{way: way, want: map[Subflow4]uint64{}}
+	p := &Pacer{way: way, want: map[Subflow4]Cap{}}
 	if way == ByCongestionControl {
 		p.ccName = fmt.Sprintf("mpscap_%d", os.Getpid())
 		var name [16]byte
@@ -213,33 +224,41 @@ func flowKey(sf Subflow4) rateFlowKey {
 	return k
 }
 
-// Set makes the limits those of want (bytes per second per subflow):
-// subflows no longer in want get Unlimited, and their entries go once the
-// socket has taken it (Forget removes those of subflows that are gone).
-func (p *Pacer) Set(want map[Subflow4]uint64) error {
+// lifted is the Cap of a subflow no longer limited.
+var lifted = Cap{Rate: Unlimited}
+
+// Set makes the limits those of want: subflows no longer in want get
+// Unlimited (and their own TCP_NOTSENT_LOWAT back), and their entries go
+// once the socket has taken it (Forget removes those of subflows that are
+// gone).
+func (p *Pacer) Set(want map[Subflow4]Cap) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs error
 	changed := false
 	for sf, old := range p.want {
-		if _, keep := want[sf]; keep || old == Unlimited {
+		if _, keep := want[sf]; keep || old == lifted {
 			continue
 		}
-		if err := p.update(sf, Unlimited); err != nil {
+		if err := p.update(sf, lifted); err != nil {
 			errs = errors.Join(errs, err)
 			continue
 		}
-		p.want[sf], changed = Unlimited, true
+		p.want[sf], changed = lifted, true
 	}
-	for sf, r := range want {
-		if p.want[sf] == r {
+	for sf, c := range want {
+		c.Rate = min(c.Rate, Unlimited)
+		if p.way != ByPacing {
+			c.NotSent = 0
+		}
+		if p.want[sf] == c {
 			continue
 		}
-		if err := p.update(sf, min(r, Unlimited)); err != nil {
+		if err := p.update(sf, c); err != nil {
 			errs = errors.Join(errs, err)
 			continue
 		}
-		p.want[sf], changed = r, true
+		p.want[sf], changed = c, true
 	}
 	if changed {
 		errs = errors.Join(errs, p.applyNow())
@@ -247,25 +266,36 @@ func (p *Pacer) Set(want map[Subflow4]uint64) error {
 	return errs
 }
 
-// update writes a subflow's rate, keeping what the program wrote there
-// (what the socket has, the congestion control to go back to).
-func (p *Pacer) update(sf Subflow4, r uint64) error {
+// update writes a subflow's cap, keeping what the program wrote there
+// (what the socket has, the congestion control and TCP_NOTSENT_LOWAT to
+// go back to).
+func (p *Pacer) update(sf Subflow4, c Cap) error {
 	k := flowKey(sf)
 	var v rateRateVal
 	_ = p.objs.RateLimit.Lookup(&k, &v)
-	v.Rate, v.Via = r, uint32(p.way)
+	v.Rate, v.Notsent, v.Via = c.Rate, c.NotSent, uint32(p.way)
 	return p.objs.RateLimit.Update(&k, &v, ebpf.UpdateAny)
 }
 
 // Applied reports the rate the socket has taken (ok false: not yet, or
-// the subflow is not known to the program).
+// the subflow is not known to the program, or its TCP_NOTSENT_LOWAT is
+// not yet what the cap wants).
 func (p *Pacer) Applied(sf Subflow4) (uint64, bool) {
 	k := flowKey(sf)
 	var v rateRateVal
 	if err := p.objs.RateLimit.Lookup(&k, &v); err != nil {
 		return 0, false
 	}
-	return v.Applied, v.Applied == v.Rate
+	return v.Applied, v.Applied == v.Rate && !notSentDue(v)
+}
+
+// notSentDue mirrors bpf/rate.h's notsent_due: the socket's
+// TCP_NOTSENT_LOWAT is not yet what the entry wants.
+func notSentDue(v rateRateVal) bool {
+	if v.Notsent != 0 && v.Rate < Unlimited {
+		return v.NotsentSaved == 0 || v.NotsentApplied != v.Notsent
+	}
+	return v.NotsentSaved != 0
 }
 
 // Forget drops the entries of subflows that are gone (live reports
@@ -273,11 +303,11 @@ func (p *Pacer) Applied(sf Subflow4) (uint64, bool) {
 func (p *Pacer) Forget(live func(Subflow4) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for sf, r := range p.want {
+	for sf, c := range p.want {
 		k := flowKey(sf)
 		var v rateRateVal
-		lifted := r == Unlimited && p.objs.RateLimit.Lookup(&k, &v) == nil && v.Applied == Unlimited
-		if !live(sf) || lifted {
+		done := c == lifted && p.objs.RateLimit.Lookup(&k, &v) == nil && v.Applied == Unlimited && !notSentDue(v)
+		if !live(sf) || done {
 			_ = p.objs.RateLimit.Delete(&k)
 			delete(p.want, sf)
 		}
@@ -289,14 +319,14 @@ func (p *Pacer) Forget(live func(Subflow4) bool) {
 // and windows it cut.
 func (p *Pacer) Stats() map[string]uint64 {
 	out := map[string]uint64{}
-	for i, name := range []string{"subflows", "rate_set", "failed", "cc_switched"} {
+	for i, name := range []string{"subflows", "rate_set", "failed", "cc_switched", "notsent_set"} {
 		var v uint64
 		if err := p.objs.RateStats.Lookup(uint32(i), &v); err == nil {
 			out[name] = v
 		}
 	}
 	if p.nowLink != nil {
-		for i, name := range []string{"set_at_once", "failed_at_once"} {
+		for i, name := range []string{"set_at_once", "failed_at_once", "notsent_set_at_once"} {
 			var v uint64
 			if err := p.now.RatenowStats.Lookup(uint32(i), &v); err == nil {
 				out[name] = v

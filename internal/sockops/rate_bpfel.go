@@ -23,12 +23,16 @@ type rateFlowKey struct {
 }
 
 type rateRateVal struct {
-	_       structs.HostLayout
-	Rate    uint64
-	Applied uint64
-	Via     uint32
-	Pad     uint32
-	PriorCc [16]int8
+	_              structs.HostLayout
+	Rate           uint64
+	Applied        uint64
+	Via            uint32
+	Notsent        uint32
+	PriorCc        [16]int8
+	NotsentApplied uint32
+	NotsentPrior   uint32
+	NotsentSaved   uint32
+	Pad            uint32
 }
 
 // Names of all BPF objects in the ELF.

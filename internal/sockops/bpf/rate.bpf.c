@@ -18,7 +18,7 @@
 
 #include "rate.h"
 
-enum { RSTAT_SUBFLOWS, RSTAT_SET, RSTAT_FAILED, RSTAT_CC_SWITCHED, RSTAT_MAX };
+enum { RSTAT_SUBFLOWS, RSTAT_SET, RSTAT_FAILED, RSTAT_CC_SWITCHED, RSTAT_NOTSENT, RSTAT_MAX };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -108,16 +108,27 @@ static __always_inline void apply(struct bpf_sock_ops *skops)
 	k.lport = skops->local_port;
 	k.rport = bpf_ntohl(skops->remote_port);
 	struct rate_val *v = bpf_map_lookup_elem(&rate_limit, &k);
-	if (!v || v->applied == v->rate)
+	if (!v)
 		return;
 	if (v->via == VIA_CC) {
-		apply_cc(skops, v);
+		if (v->applied != v->rate)
+			apply_cc(skops, v);
 		return;
 	}
-	if (set_pacing(skops, v) == 0)
-		rcount(RSTAT_SET);
-	else
-		rcount(RSTAT_FAILED);
+	if (v->applied != v->rate) {
+		if (set_pacing(skops, v) == 0)
+			rcount(RSTAT_SET);
+		else
+			rcount(RSTAT_FAILED);
+	}
+	if (notsent_due(v)) {
+		struct bpf_sock *sk = skops->sk;
+		struct tcp_sock *tp = sk ? bpf_skc_to_tcp_sock(sk) : 0;
+		if (!tp || set_notsent(skops, tp, v))
+			rcount(RSTAT_FAILED);
+		else
+			rcount(RSTAT_NOTSENT);
+	}
 }
 
 SEC("sockops")

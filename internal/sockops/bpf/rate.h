@@ -5,11 +5,17 @@
 #ifndef MPSTEER_RATE_H
 #define MPSTEER_RATE_H
 
+#include <bpf/bpf_core_read.h>
+
 #define AF_INET 2
 #define AF_INET6 10
 
 #define SOL_SOCKET 1
 #define SO_MAX_PACING_RATE 47
+#ifndef SOL_TCP
+#define SOL_TCP 6
+#endif
+#define TCP_NOTSENT_LOWAT 25
 
 #define RATE_UNLIMITED 0xffffffffULL /* bytes per second: no cap */
 
@@ -31,8 +37,16 @@ struct rate_val {
 	__u64 rate;    /* bytes per second; ≥ RATE_UNLIMITED: no limit */
 	__u64 applied; /* what the socket has (written back here) */
 	__u32 via;
-	__u32 pad;
+	/* VIA_PACING: TCP_NOTSENT_LOWAT while the cap holds (0: left as it
+	 * is), so that little waits unsent on a held subflow; the socket's
+	 * own value is kept in notsent_prior (notsent_saved set) and put back
+	 * when the cap is lifted or notsent goes to 0. */
+	__u32 notsent;
 	char prior_cc[CC_NAME_MAX]; /* VIA_CC: the congestion control to go back to */
+	__u32 notsent_applied; /* what the socket has of notsent (written back here) */
+	__u32 notsent_prior;
+	__u32 notsent_saved;
+	__u32 pad;
 };
 
 struct {
@@ -53,6 +67,45 @@ static __always_inline long set_pacing(void *sk, struct rate_val *v)
 	if (!err)
 		v->applied = rate;
 	return err;
+}
+
+/* notsent_due says whether the socket's TCP_NOTSENT_LOWAT is not yet
+ * what v wants: v's notsent while the cap holds, the socket's own value
+ * back once it is lifted. */
+static __always_inline int notsent_due(struct rate_val *v)
+{
+	if (v->notsent && v->rate < RATE_UNLIMITED)
+		return !v->notsent_saved || v->notsent_applied != v->notsent;
+	return v->notsent_saved;
+}
+
+/* set_notsent gives a socket the TCP_NOTSENT_LOWAT v wants (see
+ * notsent_due); sk is the program's socket, tp its tcp_sock (to read the
+ * value it had). Returns 0 when nothing was due or on success. */
+static __always_inline long set_notsent(void *sk, struct tcp_sock *tp, struct rate_val *v)
+{
+	if (!notsent_due(v))
+		return 0;
+	int want;
+	if (v->notsent && v->rate < RATE_UNLIMITED) {
+		if (!v->notsent_saved) {
+			v->notsent_prior = BPF_CORE_READ(tp, notsent_lowat);
+			v->notsent_saved = 1;
+		}
+		want = v->notsent;
+	} else {
+		want = v->notsent_prior;
+	}
+	long err = bpf_setsockopt(sk, SOL_TCP, TCP_NOTSENT_LOWAT, &want, sizeof(want));
+	if (err)
+		return err;
+	if (v->notsent && v->rate < RATE_UNLIMITED) {
+		v->notsent_applied = want;
+	} else {
+		v->notsent_saved = 0;
+		v->notsent_applied = 0;
+	}
+	return 0;
 }
 
 #endif

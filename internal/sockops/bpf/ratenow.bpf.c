@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-// Applies the pacing caps of rate.h at once, to every TCP socket of the
+// Applies the pacing caps of rate.h (and the TCP_NOTSENT_LOWAT that comes
+// with a cap) at once, to every TCP socket of the
 // network namespace the daemon reads this iterator in, instead of on each
 // subflow's next ACK (rate.bpf.c). An idle subflow (a backup one) has no
 // ACK to come: a cap written before it is handed traffic would take hold
@@ -15,7 +16,7 @@
 
 #include "rate.h"
 
-enum { NSTAT_SET, NSTAT_FAILED, NSTAT_MAX };
+enum { NSTAT_SET, NSTAT_FAILED, NSTAT_NOTSENT, NSTAT_MAX };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -57,12 +58,20 @@ int mpsteer_rate_now(struct bpf_iter__tcp *ctx)
 	k.lport = skc->skc_num;
 	k.rport = bpf_ntohs(skc->skc_dport);
 	struct rate_val *v = bpf_map_lookup_elem(&rate_limit, &k);
-	if (!v || v->via != VIA_PACING || v->applied == v->rate)
+	if (!v || v->via != VIA_PACING)
 		return 0;
-	if (set_pacing(tp, v) == 0)
-		ncount(NSTAT_SET);
-	else
-		ncount(NSTAT_FAILED);
+	if (v->applied != v->rate) {
+		if (set_pacing(tp, v) == 0)
+			ncount(NSTAT_SET);
+		else
+			ncount(NSTAT_FAILED);
+	}
+	if (notsent_due(v)) {
+		if (set_notsent(tp, tp, v) == 0)
+			ncount(NSTAT_NOTSENT);
+		else
+			ncount(NSTAT_FAILED);
+	}
 	return 0;
 }
 
