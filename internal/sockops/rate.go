@@ -304,10 +304,9 @@ func (p *Pacer) Forget(live func(Subflow4) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for sf, c := range p.want {
-		k := flowKey(sf)
-		var v rateRateVal
-		done := c == lifted && p.objs.RateLimit.Lookup(&k, &v) == nil && v.Applied == Unlimited && !notSentDue(v)
-		if !live(sf) || done {
+		r, taken := p.Applied(sf)
+		if !live(sf) || c == lifted && taken && r == Unlimited {
+			k := flowKey(sf)
 			_ = p.objs.RateLimit.Delete(&k)
 			delete(p.want, sf)
 		}

@@ -129,6 +129,9 @@ func TestPacerCapsAnIdleSocketAtOnce(t *testing.T) {
 	// The entry went with the lifting; a cap without a bound leaves the
 	// socket's TCP_NOTSENT_LOWAT alone.
 	p.Forget(func(Subflow4) bool { return true })
+	if _, ok := p.Applied(sf); ok {
+		t.Fatal("Forget kept the entry of a lifted cap the socket had taken")
+	}
 	set(map[Subflow4]Cap{sf: {Rate: capBps}})
 	if got := notsent(client); got != own {
 		t.Fatalf("a cap without a bound changed TCP_NOTSENT_LOWAT to %d B (own %d B)", got, own)
