@@ -114,6 +114,33 @@ func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 	}
 }
 
+// The other path's congestion control ramps up in the outage's first
+// rounds, before its path shows a queue: what it delivers then is not its
+// path's rate, and the cap is the median of the samples taken with the
+// queue only, however many came before it.
+func TestPreferHoldsTheOtherPathAtWhatItDeliversWithAQueue(t *testing.T) {
+	w := newReopenWorld(t, Env{})
+	w.decide()
+	w.stallWifi()
+	// Eight rounds of ramp-up (seven samples: the first round takes
+	// none), no queue yet.
+	for i := range 8 {
+		if c := caps(w.holdRound(200e3, 22*ms)); len(c) != 0 {
+			t.Fatalf("ramp-up round %d: capped %v", i+1, c)
+		}
+	}
+	// The queue shows: four samples are too few for a cap, a second
+	// into the outage or not.
+	for i := range 4 {
+		if c := caps(w.holdRound(500e3, 40*ms)); len(c) != 0 {
+			t.Fatalf("queued round %d: capped %v from fewer than %d samples with a queue (the ramp-up's would make it 200000 B/s)", i+1, c, holdMinSamples)
+		}
+	}
+	if c := caps(w.holdRound(500e3, 40*ms)); c["10.2.0.1"] != 500e3 || len(c) != 1 {
+		t.Fatalf("five samples with a queue: caps %v, want cell held to 500000 B/s (their median, the ramp-up's left out)", c)
+	}
+}
+
 // The preferred interface goes down (its address with it): an outage all
 // the same, and the other path is held from a second into it; the fresh
 // preferred subflow takes over once the address is back.
