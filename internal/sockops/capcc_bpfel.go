@@ -18,6 +18,7 @@ import (
 const (
 	capccMapCapccStats      = "capcc_stats"
 	capccMapMpsteerCapcc    = "mpsteer_capcc"
+	capccMapRateDone        = "rate_done"
 	capccMapRateLimit       = "rate_limit"
 	capccProgCapccCongAvoid = "capcc_cong_avoid"
 	capccProgCapccInit      = "capcc_init"
@@ -81,6 +82,7 @@ type capccProgramSpecs struct {
 type capccMapSpecs struct {
 	CapccStats   *ebpf.MapSpec `ebpf:"capcc_stats"`
 	MpsteerCapcc *ebpf.MapSpec `ebpf:"mpsteer_capcc"`
+	RateDone     *ebpf.MapSpec `ebpf:"rate_done"`
 	RateLimit    *ebpf.MapSpec `ebpf:"rate_limit"`
 }
 
@@ -112,6 +114,7 @@ func (o *capccObjects) Close() error {
 type capccMaps struct {
 	CapccStats   *ebpf.Map `ebpf:"capcc_stats"`
 	MpsteerCapcc *ebpf.Map `ebpf:"mpsteer_capcc"`
+	RateDone     *ebpf.Map `ebpf:"rate_done"`
 	RateLimit    *ebpf.Map `ebpf:"rate_limit"`
 }
 
@@ -119,6 +122,7 @@ func (m *capccMaps) Close() error {
 	return _CapccClose(
 		m.CapccStats,
 		m.MpsteerCapcc,
+		m.RateDone,
 		m.RateLimit,
 	)
 }

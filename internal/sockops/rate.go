@@ -120,8 +120,7 @@ func (p *Pacer) loadNow() error {
 	if err != nil {
 		return err
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"rate_limit": p.objs.RateLimit}}
-	if err := spec.LoadAndAssign(&p.now, opts); err != nil {
+	if err := spec.LoadAndAssign(&p.now, p.sharedMaps()); err != nil {
 		return fmt.Errorf("load the TCP iterator that applies caps at once: %w", bpfutil.VerifierDetail(err))
 	}
 	if p.nowLink, err = link.AttachIter(link.IterOptions{Program: p.now.MpsteerRateNow}); err != nil {
@@ -138,6 +137,16 @@ func (p *Pacer) AtOnceErr() error {
 		return errors.New("caps held by the capping congestion control take effect on the next ACK")
 	}
 	return p.nowErr
+}
+
+// sharedMaps has the iterator and the capping congestion control use the
+// rate program's maps: the caps the daemon writes, and what was done with
+// them.
+func (p *Pacer) sharedMaps() *ebpf.CollectionOptions {
+	return &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		"rate_limit": p.objs.RateLimit,
+		"rate_done":  p.objs.RateDone,
+	}}
 }
 
 // applyNow runs the iterator over the namespace's TCP sockets: every
@@ -184,8 +193,7 @@ func (p *Pacer) loadCC() error {
 		}
 	}
 	ms.Contents[0].Value = val
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"rate_limit": p.objs.RateLimit}}
-	if err := spec.LoadAndAssign(&p.cc, opts); err != nil {
+	if err := spec.LoadAndAssign(&p.cc, p.sharedMaps()); err != nil {
 		return fmt.Errorf("load the capping congestion control (struct_ops tcp_congestion_ops): %w", bpfutil.VerifierDetail(err))
 	}
 	if p.ccLink, err = link.AttachStructOps(link.StructOpsOptions{Map: p.cc.MpsteerCapcc}); err != nil {
@@ -266,14 +274,13 @@ func (p *Pacer) Set(want map[Subflow4]Cap) error {
 	return errs
 }
 
-// update writes a subflow's cap, keeping what the program wrote there
+// update writes a subflow's cap, whole: what the programs did with it
 // (what the socket has, the congestion control and TCP_NOTSENT_LOWAT to
-// go back to).
+// go back to) is in rate_done, which only they write, so nothing they
+// write between two of the daemon's is lost.
 func (p *Pacer) update(sf Subflow4, c Cap) error {
 	k := flowKey(sf)
-	var v rateRateVal
-	_ = p.objs.RateLimit.Lookup(&k, &v)
-	v.Rate, v.Notsent, v.Via = c.Rate, c.NotSent, uint32(p.way)
+	v := rateRateVal{Rate: c.Rate, Notsent: c.NotSent, Via: uint32(p.way)}
 	return p.objs.RateLimit.Update(&k, &v, ebpf.UpdateAny)
 }
 
@@ -286,16 +293,18 @@ func (p *Pacer) Applied(sf Subflow4) (uint64, bool) {
 	if err := p.objs.RateLimit.Lookup(&k, &v); err != nil {
 		return 0, false
 	}
-	return v.Applied, v.Applied == v.Rate && !notSentDue(v)
+	var d rateRateDone // none yet: nothing applied
+	_ = p.objs.RateDone.Lookup(&k, &d)
+	return d.Applied, d.Applied == v.Rate && !notSentDue(v, d)
 }
 
 // notSentDue mirrors bpf/rate.h's notsent_due: the socket's
 // TCP_NOTSENT_LOWAT is not yet what the entry wants.
-func notSentDue(v rateRateVal) bool {
+func notSentDue(v rateRateVal, d rateRateDone) bool {
 	if v.Notsent != 0 && v.Rate < Unlimited {
-		return v.NotsentSaved == 0 || v.NotsentApplied != v.Notsent
+		return d.NotsentSaved == 0 || d.NotsentApplied != v.Notsent
 	}
-	return v.NotsentSaved != 0
+	return d.NotsentSaved != 0
 }
 
 // Forget drops the entries of subflows that are gone (live reports
@@ -306,8 +315,11 @@ func (p *Pacer) Forget(live func(Subflow4) bool) {
 	for sf, c := range p.want {
 		r, taken := p.Applied(sf)
 		if !live(sf) || c == lifted && taken && r == Unlimited {
+			// The cap first: a program that finds no cap makes no
+			// rate_done entry.
 			k := flowKey(sf)
 			_ = p.objs.RateLimit.Delete(&k)
+			_ = p.objs.RateDone.Delete(&k)
 			delete(p.want, sf)
 		}
 	}

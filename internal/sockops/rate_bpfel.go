@@ -22,12 +22,9 @@ type rateFlowKey struct {
 	Rport  uint16
 }
 
-type rateRateVal struct {
+type rateRateDone struct {
 	_              structs.HostLayout
-	Rate           uint64
 	Applied        uint64
-	Via            uint32
-	Notsent        uint32
 	PriorCc        [16]int8
 	NotsentApplied uint32
 	NotsentPrior   uint32
@@ -35,10 +32,18 @@ type rateRateVal struct {
 	Pad            uint32
 }
 
+type rateRateVal struct {
+	_       structs.HostLayout
+	Rate    uint64
+	Via     uint32
+	Notsent uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	rateMapRateDone     = "rate_done"
 	rateMapRateLimit    = "rate_limit"
 	rateMapRateStats    = "rate_stats"
 	rateProgMpsteerRate = "mpsteer_rate"
@@ -95,6 +100,7 @@ type rateProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rateMapSpecs struct {
+	RateDone  *ebpf.MapSpec `ebpf:"rate_done"`
 	RateLimit *ebpf.MapSpec `ebpf:"rate_limit"`
 	RateStats *ebpf.MapSpec `ebpf:"rate_stats"`
 }
@@ -127,12 +133,14 @@ func (o *rateObjects) Close() error {
 //
 // It can be passed to loadRateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rateMaps struct {
+	RateDone  *ebpf.Map `ebpf:"rate_done"`
 	RateLimit *ebpf.Map `ebpf:"rate_limit"`
 	RateStats *ebpf.Map `ebpf:"rate_stats"`
 }
 
 func (m *rateMaps) Close() error {
 	return _RateClose(
+		m.RateDone,
 		m.RateLimit,
 		m.RateStats,
 	)

@@ -16,6 +16,7 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	ratenowMapRateDone        = "rate_done"
 	ratenowMapRateLimit       = "rate_limit"
 	ratenowMapRatenowStats    = "ratenow_stats"
 	ratenowProgMpsteerRateNow = "mpsteer_rate_now"
@@ -70,6 +71,7 @@ type ratenowProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ratenowMapSpecs struct {
+	RateDone     *ebpf.MapSpec `ebpf:"rate_done"`
 	RateLimit    *ebpf.MapSpec `ebpf:"rate_limit"`
 	RatenowStats *ebpf.MapSpec `ebpf:"ratenow_stats"`
 }
@@ -100,12 +102,14 @@ func (o *ratenowObjects) Close() error {
 //
 // It can be passed to loadRatenowObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ratenowMaps struct {
+	RateDone     *ebpf.Map `ebpf:"rate_done"`
 	RateLimit    *ebpf.Map `ebpf:"rate_limit"`
 	RatenowStats *ebpf.Map `ebpf:"ratenow_stats"`
 }
 
 func (m *ratenowMaps) Close() error {
 	return _RatenowClose(
+		m.RateDone,
 		m.RateLimit,
 		m.RatenowStats,
 	)

@@ -132,6 +132,11 @@ func TestPacerCapsAnIdleSocketAtOnce(t *testing.T) {
 	if _, ok := p.Applied(sf); ok {
 		t.Fatal("Forget kept the entry of a lifted cap the socket had taken")
 	}
+	k := flowKey(sf)
+	var d rateRateDone
+	if err := p.objs.RateDone.Lookup(&k, &d); err == nil {
+		t.Fatalf("Forget left what the programs did with the lifted cap behind (rate_done: %+v)", d)
+	}
 	set(map[Subflow4]Cap{sf: {Rate: capBps}})
 	if got := notsent(client); got != own {
 		t.Fatalf("a cap without a bound changed TCP_NOTSENT_LOWAT to %d B (own %d B)", got, own)

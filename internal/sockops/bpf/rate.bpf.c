@@ -54,7 +54,7 @@ static __always_inline int same_name(const char *a, const volatile char *b)
 /* VIA_CC: a capped subflow runs the capping congestion control (which
  * holds its window to rate × SRTT); a lifted one goes back to the one it
  * had. */
-static __always_inline void apply_cc(struct bpf_sock_ops *skops, struct rate_val *v)
+static __always_inline void apply_cc(struct bpf_sock_ops *skops, struct rate_val *v, struct rate_done *d)
 {
 	char cur[CC_NAME_MAX] = {};
 	if (!cap_cc[0] || bpf_getsockopt(skops, SOL_TCP, TCP_CONGESTION, cur, sizeof(cur))) {
@@ -65,23 +65,23 @@ static __always_inline void apply_cc(struct bpf_sock_ops *skops, struct rate_val
 	long err = 0, switched = 0;
 	if (v->rate < RATE_UNLIMITED && !capping) {
 		switched = 1;
-		__builtin_memcpy(v->prior_cc, cur, sizeof(cur));
+		__builtin_memcpy(d->prior_cc, cur, sizeof(cur));
 		char want[CC_NAME_MAX];
 #pragma unroll
 		for (int i = 0; i < CC_NAME_MAX; i++)
 			want[i] = cap_cc[i];
 		err = bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, want, sizeof(want));
-	} else if (v->rate >= RATE_UNLIMITED && capping && v->prior_cc[0]) {
+	} else if (v->rate >= RATE_UNLIMITED && capping && d->prior_cc[0]) {
 		switched = 1;
 		char prior[CC_NAME_MAX];
-		__builtin_memcpy(prior, v->prior_cc, sizeof(prior));
+		__builtin_memcpy(prior, d->prior_cc, sizeof(prior));
 		err = bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, prior, sizeof(prior));
 	}
 	if (err) {
 		rcount(RSTAT_FAILED);
 		return;
 	}
-	v->applied = v->rate;
+	d->applied = v->rate;
 	if (switched)
 		rcount(RSTAT_CC_SWITCHED);
 }
@@ -110,21 +110,26 @@ static __always_inline void apply(struct bpf_sock_ops *skops)
 	struct rate_val *v = bpf_map_lookup_elem(&rate_limit, &k);
 	if (!v)
 		return;
-	if (v->via == VIA_CC) {
-		if (v->applied != v->rate)
-			apply_cc(skops, v);
+	struct rate_done *d = done_of(&k);
+	if (!d) {
+		rcount(RSTAT_FAILED);
 		return;
 	}
-	if (v->applied != v->rate) {
-		if (set_pacing(skops, v) == 0)
+	if (v->via == VIA_CC) {
+		if (d->applied != v->rate)
+			apply_cc(skops, v, d);
+		return;
+	}
+	if (d->applied != v->rate) {
+		if (set_pacing(skops, v, d) == 0)
 			rcount(RSTAT_SET);
 		else
 			rcount(RSTAT_FAILED);
 	}
-	if (notsent_due(v)) {
+	if (notsent_due(v, d)) {
 		struct bpf_sock *sk = skops->sk;
 		struct tcp_sock *tp = sk ? bpf_skc_to_tcp_sock(sk) : 0;
-		if (!tp || set_notsent(skops, tp, v))
+		if (!tp || set_notsent(skops, tp, v, d))
 			rcount(RSTAT_FAILED);
 		else
 			rcount(RSTAT_NOTSENT);

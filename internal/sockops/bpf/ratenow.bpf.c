@@ -60,14 +60,19 @@ int mpsteer_rate_now(struct bpf_iter__tcp *ctx)
 	struct rate_val *v = bpf_map_lookup_elem(&rate_limit, &k);
 	if (!v || v->via != VIA_PACING)
 		return 0;
-	if (v->applied != v->rate) {
-		if (set_pacing(tp, v) == 0)
+	struct rate_done *d = done_of(&k);
+	if (!d) {
+		ncount(NSTAT_FAILED);
+		return 0;
+	}
+	if (d->applied != v->rate) {
+		if (set_pacing(tp, v, d) == 0)
 			ncount(NSTAT_SET);
 		else
 			ncount(NSTAT_FAILED);
 	}
-	if (notsent_due(v)) {
-		if (set_notsent(tp, tp, v) == 0)
+	if (notsent_due(v, d)) {
+		if (set_notsent(tp, tp, v, d) == 0)
 			ncount(NSTAT_NOTSENT);
 		else
 			ncount(NSTAT_FAILED);
