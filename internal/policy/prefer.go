@@ -492,7 +492,11 @@ func (p *Prefer) decideConn(now, sampled time.Time, c *Conn, rank map[netip.Addr
 			st.active, st.chosen, st.since = true, ID(*chosen), now
 			st.switches++
 		}
-		joining := chosen.JoinIncomplete() && !st.outage.IsZero()
+		// A chosen subflow the daemon knows only from the path manager's
+		// establishment event may still be completing its join: held
+		// back as joining until the sample the event asks for shows it
+		// (eventOnly, prefer_hold.go).
+		joining := (chosen.JoinIncomplete() || eventOnly(*chosen)) && !st.outage.IsZero()
 		if !joining {
 			st.endOutage()
 		}

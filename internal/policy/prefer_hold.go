@@ -89,6 +89,18 @@ type holdState struct {
 	capWhen time.Duration
 }
 
+// eventOnly tells whether the daemon knows the subflow only from the path
+// manager's establishment event (the daemon's view adds it so, between
+// samples): no sample has shown it yet, so it has no socket cookie, no
+// RTT and no MPTCP flags, and whether its join completed is not known.
+// An establishment event of a join comes with its SYN/ACK, a round trip
+// before the join completes. Taken as complete, it ended the outage at
+// the SYN/ACK and lifted the hold instead of holding back: in the
+// interface-down returns of a743e9b and cd6d30b, whenever no sample had
+// shown the join's SYN in flight (7 of 15 returns on prefer-ifdown, 10
+// of 15 on prefer-ifdown-rtt40).
+func eventOnly(sf observe.Subflow) bool { return sf.Cookie == 0 && sf.SRTT == 0 }
+
 // holdsQueue says whether the subflow's path holds a queue of it: its
 // smoothed RTT a quarter above its minimum or more (a lower bar than the
 // startup guard's queued: here the queue itself is what costs).

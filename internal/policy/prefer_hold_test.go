@@ -166,6 +166,35 @@ func TestPreferHoldsTheOtherPathWhileThePreferredInterfaceIsDown(t *testing.T) {
 	if c := caps(w.holdRound(500e3, 40*ms)); len(c) != 0 {
 		t.Fatalf("preferred back: caps %v", c)
 	}
+	// The next outage; the fresh subflow shows first as the daemon's view
+	// adds it on its establishment event (the SYN/ACK), before any sample
+	// did: no cookie, no RTT, no flags. Its join may not be complete, so
+	// the others are held back, not lifted.
+	w.conn.Subflows = w.conn.Subflows[:1]
+	delete(w.ifaces, "wifi")
+	for range 11 {
+		acts = w.holdRound(500e3, 40*ms)
+	}
+	if c := caps(acts); c["10.2.0.1"] != 500e3 {
+		t.Fatalf("a second into the second outage: caps %v", c)
+	}
+	w.ifaces["wifi"] = []netip.Addr{wifiAddr}
+	w.holdRound(500e3, 40*ms) // the address is back: the re-add
+	w.conn.Subflows = append(w.conn.Subflows, observe.Subflow{Local: netip.AddrPortFrom(wifiAddr, 4), Remote: remote,
+		Token: 1, MPTCP: true, State: observe.TCPEstablished})
+	if c := caps(w.holdRound(500e3, 40*ms)); c["10.2.0.1"] != 50e3 || len(c) != 1 {
+		t.Fatalf("a preferred subflow known from its establishment event only: caps %v, want cell held back to a tenth (50000 B/s)", c)
+	}
+	// The sample shows the join incomplete: still held back; then complete.
+	ev := &w.conn.Subflows[1]
+	ev.Cookie, ev.MPFlags, ev.SRTT, ev.MinRTT = 9, observe.FlagJoinLoc, 20*ms, 20*ms
+	if c := caps(w.holdRound(500e3, 40*ms)); c["10.2.0.1"] != 50e3 {
+		t.Fatalf("the sample shows the join incomplete: caps %v, want the tenth still", c)
+	}
+	ev.MPFlags |= observe.FlagFullyEst
+	if c := caps(w.holdRound(500e3, 40*ms)); len(c) != 0 {
+		t.Fatalf("the join complete: caps %v, want none", c)
+	}
 	// A connection that never carried on the preferred path is not held.
 	w2 := newReopenWorld(t, Env{})
 	delete(w2.ifaces, "wifi")
