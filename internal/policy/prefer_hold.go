@@ -22,10 +22,11 @@ import (
 // there, at the moment the preferred path is back. So once the outage has
 // lasted holdWarmup, an other subflow whose path shows a queue is capped
 // at the median of what it delivered in that time while its path showed
-// the queue (only then is what it delivers its path's rate: before, its
-// congestion control was still ramping up from the idle of a backup
-// subflow, and a median over those samples came out at about half the
-// path's rate in 1 outage of 15 at 9f6a474): paced at the rate
+// the queue (only then is what it delivers its path's rate; before the
+// queue shows, it is its congestion control's ramp-up from the idle of a
+// backup subflow. With every sample of the first second counted, the cap
+// came out at about half the path's rate in 1 outage of 15 at 9f6a474,
+// cause not traced): paced at the rate
 // its path drains (pacing counts the TCP header, the delivery rate only
 // the payload, so the cap paces a few percent below the path's rate),
 // its queue drains, and little more than one bandwidth-delay product is
