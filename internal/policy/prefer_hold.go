@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"mpsteer/internal/observe"
@@ -20,19 +21,12 @@ import (
 // and acknowledged on the other path after it: bytes the user did not want
 // there, at the moment the preferred path is back. So once the outage has
 // lasted holdWarmup, an other subflow whose path shows a queue is capped
-// at what it delivered while its path showed the queue: its bytes
-// acknowledged from the first sample that showed the queue to the latest,
-// over the time between them (only with a queue is what it delivers its
-// path's rate; before the queue shows, it is its congestion control's
-// ramp-up from the idle of a backup subflow. With every sample of the
-// first second counted, the cap came out at about half the path's rate
-// in 1 outage of 15 at 9f6a474, cause not traced). Bytes over time, not
-// the kernel's delivery rate samples: an ACK that comes late and the
-// ones it makes up for count as what they were, where a sample read in
-// between took the late one for the rate (up to 8a272e6 the cap was the
-// median of those samples, and a quarter under the path's rate in 2 of
-// the 15 outages of prefer-ifdown-join at 0351a1c, whose recordings
-// show ACK stalls of 100 to 200 ms under the queue): paced at the rate
+// at the median of what it delivered in that time while its path showed
+// the queue (only then is what it delivers its path's rate; before the
+// queue shows, it is its congestion control's ramp-up from the idle of a
+// backup subflow. With every sample of the first second counted, the cap
+// came out at about half the path's rate in 1 outage of 15 at 9f6a474,
+// cause not traced): paced at the rate
 // its path drains (pacing counts the TCP header, the delivery rate only
 // the payload, so the cap paces a few percent below the path's rate),
 // its queue drains, and little more than one bandwidth-delay product is
@@ -70,7 +64,11 @@ const (
 	holdWarmup = time.Second
 	// holdFor: the cap is lifted after this much of an outage.
 	holdFor = 10 * time.Second
-	// holdMinSamples: no cap from fewer samples with a queue than this.
+	// holdSamples: the cap is the median of up to this many delivery
+	// rate samples (the latest), taken while the subflow carried with a
+	// queue on its path.
+	holdSamples = 10
+	// holdMinSamples: no cap from fewer samples than this.
 	holdMinSamples = 5
 	// holdJoinShare: the held subflows' share of their cap while a
 	// preferred join completes; holdJoinMax: for at most this long.
@@ -85,33 +83,11 @@ const (
 
 // holdState is one other subflow of a connection in an outage.
 type holdState struct {
+	rates   []uint64  // delivery rate samples while carrying with a queue, bytes/s
 	last    time.Time // when the last sample taken was sampled
-	queued  int       // samples taken that showed a queue
-	qFirst  time.Time // when the first of those was sampled
-	qAcked  uint64    // its bytes acknowledged then
-	qLast   time.Time // when the latest was sampled
-	qRate   uint64    // bytes/s acknowledged from qFirst to qLast
+	acked   uint64    // its bytes acknowledged at that sample
 	cap     uint64    // bytes/s; 0: not capped (yet)
 	capWhen time.Duration
-}
-
-// sample takes a sample read at at: one that shows a queue extends the
-// span over which what the path delivered is measured.
-func (h *holdState) sample(at time.Time, sf observe.Subflow) {
-	if !at.After(h.last) {
-		return
-	}
-	h.last = at
-	if !holdsQueue(sf) {
-		return
-	}
-	if h.queued == 0 || sf.BytesAcked < h.qAcked { // the first (or the subflow is another)
-		h.qFirst, h.qAcked, h.queued = at, sf.BytesAcked, 1
-		return
-	}
-	h.queued++
-	h.qLast = at
-	h.qRate = uint64(float64(sf.BytesAcked-h.qAcked) / at.Sub(h.qFirst).Seconds())
 }
 
 // eventOnly tells whether the daemon knows the subflow only from the path
@@ -178,15 +154,24 @@ func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, ran
 		id := ID(sf)
 		h := st.hold[id]
 		if h == nil {
-			st.hold[id] = &holdState{last: at}
+			h = &holdState{last: at, acked: sf.BytesAcked}
+			st.hold[id] = h
 			continue // its figures so far are from before the outage
 		}
 		if h.cap == 0 {
-			h.sample(at, sf)
-			if out < holdWarmup || h.queued < holdMinSamples || !holdsQueue(sf) || h.qRate == 0 {
+			if at.After(h.last) {
+				if sf.BytesAcked > h.acked && sf.DeliveryRate > 0 && holdsQueue(sf) {
+					h.rates = append(h.rates, sf.DeliveryRate)
+					if len(h.rates) > holdSamples {
+						h.rates = h.rates[1:]
+					}
+				}
+				h.last, h.acked = at, sf.BytesAcked
+			}
+			if out < holdWarmup || len(h.rates) < holdMinSamples || !holdsQueue(sf) {
 				continue
 			}
-			h.cap, h.capWhen = h.qRate, out
+			h.cap, h.capWhen = median(h.rates), out
 		}
 		notsent := units.Size(max(h.cap*uint64(holdQueue)/uint64(time.Second), holdQueueMin))
 		if holdBack {
@@ -195,8 +180,15 @@ func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, ran
 			continue
 		}
 		acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(h.cap * 8), NotSent: notsent,
-			Reason: fmt.Sprintf("no preferred subflow viable for %s: held to what its path delivered with a queue (over %s, %d samples), %s of it queued unsent at most, so that its queue drains before the preferred path is back; lifted then, or %s into the outage",
-				h.capWhen.Round(time.Millisecond), h.qLast.Sub(h.qFirst).Round(time.Millisecond), h.queued, notsent, holdFor)})
+			Reason: fmt.Sprintf("no preferred subflow viable for %s: held to what its path delivered (median of %d samples), %s of it queued unsent at most, so that its queue drains before the preferred path is back; lifted then, or %s into the outage",
+				h.capWhen.Round(time.Millisecond), len(h.rates), notsent, holdFor)})
 	}
 	return acts
+}
+
+// median of the samples (the upper one of an even count).
+func median(v []uint64) uint64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
