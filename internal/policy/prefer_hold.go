@@ -21,12 +21,23 @@ import (
 // and acknowledged on the other path after it: bytes the user did not want
 // there, at the moment the preferred path is back. So once the outage has
 // lasted holdWarmup, an other subflow whose path shows a queue is capped
-// at the median of what it delivered in that time while its path showed
-// the queue (only then is what it delivers its path's rate; before the
-// queue shows, it is its congestion control's ramp-up from the idle of a
-// backup subflow. With every sample of the first second counted, the cap
-// came out at about half the path's rate in 1 outage of 15 at 9f6a474,
-// cause not traced): paced at the rate
+// at the upper quartile of the delivery rates the kernel gave while it
+// carried with that queue (only then is what it delivers its path's rate;
+// before the queue shows, it is its congestion control's ramp-up from the
+// idle of a backup subflow; with every sample of the first second
+// counted, the cap came out at about half the path's rate in 1 outage of
+// 15 at 9f6a474). A delivery rate sample is at most the path's rate (the
+// kernel takes the longer of the send and the ACK interval), and comes
+// out under it wherever the path is not what holds the subflow back: an
+// ACK that comes late, or BBR's ProbeRTT (four segments in flight for
+// 200 ms), due as a backup takes over after ten seconds without a lower
+// RTT. From five to ten samples the median (the cap before) was one of
+// those in 4 of the 30 outages of prefer-outage and prefer-ifdown-join
+// in the runs of 0351a1c, a quarter to a half under the path's rate; the
+// upper quartile needs only a quarter of the samples at the rate. Bytes acknowledged over the time from the
+// first sample with a queue came out lower still (1091b5d, reverted): an
+// idle backup keeps the smoothed RTT it last had, and the span began
+// there, before the path was full. Paced at the rate
 // its path drains (pacing counts the TCP header, the delivery rate only
 // the payload, so the cap paces a few percent below the path's rate),
 // its queue drains, and little more than one bandwidth-delay product is
@@ -64,7 +75,7 @@ const (
 	holdWarmup = time.Second
 	// holdFor: the cap is lifted after this much of an outage.
 	holdFor = 10 * time.Second
-	// holdSamples: the cap is the median of up to this many delivery
+	// holdSamples: the cap is the upper quartile of up to this many delivery
 	// rate samples (the latest), taken while the subflow carried with a
 	// queue on its path.
 	holdSamples = 10
@@ -171,7 +182,7 @@ func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, ran
 			if out < holdWarmup || len(h.rates) < holdMinSamples || !holdsQueue(sf) {
 				continue
 			}
-			h.cap, h.capWhen = median(h.rates), out
+			h.cap, h.capWhen = upperQuartile(h.rates), out
 		}
 		notsent := units.Size(max(h.cap*uint64(holdQueue)/uint64(time.Second), holdQueueMin))
 		if holdBack {
@@ -180,15 +191,15 @@ func (p *Prefer) holdOthers(now, sampled time.Time, c *Conn, st *preferConn, ran
 			continue
 		}
 		acts = append(acts, Action{Kind: Limit, Token: c.Token, Subflow: id, Rate: units.Rate(h.cap * 8), NotSent: notsent,
-			Reason: fmt.Sprintf("no preferred subflow viable for %s: held to what its path delivered (median of %d samples), %s of it queued unsent at most, so that its queue drains before the preferred path is back; lifted then, or %s into the outage",
+			Reason: fmt.Sprintf("no preferred subflow viable for %s: held to what its path delivered (upper quartile of %d samples), %s of it queued unsent at most, so that its queue drains before the preferred path is back; lifted then, or %s into the outage",
 				h.capWhen.Round(time.Millisecond), len(h.rates), notsent, holdFor)})
 	}
 	return acts
 }
 
-// median of the samples (the upper one of an even count).
-func median(v []uint64) uint64 {
+// upperQuartile of the samples: the one a quarter of them are at or above.
+func upperQuartile(v []uint64) uint64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return s[len(s)*3/4]
 }

@@ -45,8 +45,9 @@ func (w *reopenWorld) stallWifi() {
 	wifi.Unacked, wifi.LastAckRecv, wifi.Backoff = 30, 400*ms, 1
 }
 
-// While the preferred path is out, the other path is held to the median of
-// what it delivered once it shows a queue, from a second into the outage;
+// While the preferred path is out, the other path is held to the upper
+// quartile of what it delivered once it shows a queue, from a second into
+// the outage;
 // the cap goes as soon as the preferred path is viable again.
 func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 	w := newReopenWorld(t, Env{})
@@ -66,15 +67,15 @@ func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 			t.Fatalf("round %d of the outage: capped %v before the warm-up is over", i+1, got)
 		}
 	}
-	if got["10.2.0.1"] != 505e3 || len(got) != 1 {
-		t.Fatalf("a second in: caps %v, want cell held to 505000 B/s (the median) and nothing else", got)
+	if got["10.2.0.1"] != 515e3 || len(got) != 1 {
+		t.Fatalf("a second in: caps %v, want cell held to 515000 B/s (the upper quartile of the ten samples after the first round) and nothing else", got)
 	}
 	// Little queued unsent on it: what the cap sends in 2 ms.
-	if b := bounds(acts); b["10.2.0.1"] != 1010 {
-		t.Fatalf("a second in: TCP_NOTSENT_LOWAT %v, want cell's 1010 B", b)
+	if b := bounds(acts); b["10.2.0.1"] != 1030 {
+		t.Fatalf("a second in: TCP_NOTSENT_LOWAT %v, want cell's 1030 B", b)
 	}
 	// Held at that cap whatever it delivers now.
-	if c := caps(w.holdRound(100e3, 40*ms)); c["10.2.0.1"] != 505e3 {
+	if c := caps(w.holdRound(100e3, 40*ms)); c["10.2.0.1"] != 515e3 {
 		t.Fatalf("held: %v", c)
 	}
 	// A fresh wifi subflow answers (its SYN/ACK): until its join
@@ -83,11 +84,11 @@ func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 	wifi := &w.conn.Subflows[1]
 	wifi.Cookie, wifi.MPFlags = 7, observe.FlagJoinLoc
 	acts = w.holdRound(500e3, 40*ms)
-	if c := caps(acts); c["10.2.0.1"] != 505e3/10 || len(c) != 1 {
-		t.Fatalf("preferred join completing: caps %v, want cell at a tenth of 505000 B/s", c)
+	if c := caps(acts); c["10.2.0.1"] != 515e3/10 || len(c) != 1 {
+		t.Fatalf("preferred join completing: caps %v, want cell at a tenth of 515000 B/s", c)
 	}
-	if b := bounds(acts); b["10.2.0.1"] != 1010 {
-		t.Fatalf("preferred join completing: TCP_NOTSENT_LOWAT %v, want cell's 1010 B still", b)
+	if b := bounds(acts); b["10.2.0.1"] != 1030 {
+		t.Fatalf("preferred join completing: TCP_NOTSENT_LOWAT %v, want cell's 1030 B still", b)
 	}
 	// The join completed: no cap (the actuator lifts it).
 	wifi.MPFlags |= observe.FlagFullyEst
@@ -116,7 +117,7 @@ func TestPreferHoldsTheOtherPathWhileThePreferredIsOut(t *testing.T) {
 
 // The other path's congestion control ramps up in the outage's first
 // rounds, before its path shows a queue: what it delivers then is not its
-// path's rate, and the cap is the median of the samples taken with the
+// path's rate, and the cap is the upper quartile of the samples taken with the
 // queue only, however many came before it.
 func TestPreferHoldsTheOtherPathAtWhatItDeliversWithAQueue(t *testing.T) {
 	w := newReopenWorld(t, Env{})
@@ -137,7 +138,28 @@ func TestPreferHoldsTheOtherPathAtWhatItDeliversWithAQueue(t *testing.T) {
 		}
 	}
 	if c := caps(w.holdRound(500e3, 40*ms)); c["10.2.0.1"] != 500e3 || len(c) != 1 {
-		t.Fatalf("five samples with a queue: caps %v, want cell held to 500000 B/s (their median, the ramp-up's left out)", c)
+		t.Fatalf("five samples with a queue: caps %v, want cell held to 500000 B/s (their upper quartile, the ramp-up's left out)", c)
+	}
+}
+
+// The other path's BBR goes into ProbeRTT as it takes over (four segments
+// in flight for 200 ms, its queue still showing): three of its first five
+// samples with a queue are what ProbeRTT lets through, not its path's
+// rate. The cap is its path's rate all the same (the median would be the
+// ProbeRTT's).
+func TestPreferHoldsTheOtherPathAtItsRateThroughProbeRTT(t *testing.T) {
+	w := newReopenWorld(t, Env{})
+	w.decide()
+	w.stallWifi()
+	for range 6 { // the outage's first round (no sample), then five without a queue
+		w.holdRound(100e3, 22*ms)
+	}
+	var got map[string]uint64
+	for _, r := range []uint64{230e3, 230e3, 230e3, 500e3, 500e3} {
+		got = caps(w.holdRound(r, 40*ms))
+	}
+	if got["10.2.0.1"] != 500e3 || len(got) != 1 {
+		t.Fatalf("a second in: caps %v, want cell held to 500000 B/s (the median of the samples would be ProbeRTT's 230000)", got)
 	}
 }
 
