@@ -26,17 +26,18 @@ import (
 // before the queue shows, it is its congestion control's ramp-up from the
 // idle of a backup subflow; with every sample of the first second
 // counted, the cap came out at about half the path's rate in 1 outage of
-// 15 at 9f6a474). A delivery rate sample is at most the path's rate (the
-// kernel takes the longer of the send and the ACK interval), and comes
-// out under it wherever the path is not what holds the subflow back: an
-// ACK that comes late, or BBR's ProbeRTT (four segments in flight for
-// 200 ms), due as a backup takes over after ten seconds without a lower
-// RTT. From five to ten samples the median (the cap before) was one of
-// those in 4 of the 30 outages of prefer-outage and prefer-ifdown-join
-// in the runs of 0351a1c, a quarter to a half under the path's rate; the
-// upper quartile needs only a quarter of the samples at the rate. Bytes acknowledged over the time from the
-// first sample with a queue came out lower still (1091b5d, reverted): an
-// idle backup keeps the smoothed RTT it last had, and the span began
+// 15 at 9f6a474). A delivery rate sample is at most about the path's
+// rate (the kernel takes the longer of the send and the ACK interval),
+// and comes out under it wherever the path is not what holds the subflow
+// back: an ACK that comes late, or BBR's ProbeRTT (four segments in
+// flight for 200 ms), due as a backup takes over after ten seconds
+// without a lower RTT. From five to ten samples the median (the cap
+// before) was one of those in 4 of the 30 outages of prefer-outage and
+// prefer-ifdown-join in the runs of 0351a1c, a quarter to a half under
+// the path's rate; the upper quartile needs only a quarter of the
+// samples at the rate. Bytes acknowledged over the time from the first
+// sample with a queue came out lower still (1091b5d, reverted): an idle
+// backup keeps the smoothed RTT it last had, and the span began
 // there, before the path was full. Paced at the rate
 // its path drains (pacing counts the TCP header, the delivery rate only
 // the payload, so the cap paces a few percent below the path's rate),
